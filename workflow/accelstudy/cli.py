@@ -1,0 +1,121 @@
+"""`accelstudy <stage> ...`: one subcommand per pipeline stage, as the Snakemake rules call them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from accelstudy.config import ConfigError
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text in {"None", "null", ""} else int(text)
+
+
+def _add_config_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check-config", help="validate a study config file")
+    p.add_argument("--configfile", type=Path, required=True)
+    p = sub.add_parser("where-report", help="print where a study's report is")
+    p.add_argument("--configfile", type=Path, required=True)
+
+
+def _add_prepare_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("prepare-model", help="load a model from its source; save safetensors")
+    p.add_argument("--spec", type=_json, required=True, help="the models.<name> config entry")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("prepare-data", help="load one split of a task; cache as JSON Lines")
+    p.add_argument("--task", required=True, choices=["wikitext", "hellaswag", "boolq"])
+    p.add_argument("--spec", type=_json, required=True, help="the tasks.<name> config entry")
+    p.add_argument("--split", required=True, choices=["train", "validation", "test"])
+    p.add_argument("--out", type=Path, required=True)
+
+
+def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("baseline", help="evaluate the unquantized model on one task")
+    for name in ("study", "system", "model-name", "task", "data-source"):
+        p.add_argument(f"--{name}", required=True)
+    p.add_argument("--protocol", required=True, choices=["paper", "lm-eval"])
+    p.add_argument("--model-dir", type=Path, required=True)
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--settings", type=_json, required=True, help="the evaluation config block")
+    p.add_argument("--limit", type=_optional_int, default=None)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "hpu"])
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("report", help="collect records into tables, figures and the report")
+    p.add_argument("--study", required=True)
+    p.add_argument("--records", type=Path, nargs="+", required=True)
+    p.add_argument("--results-dir", type=Path, required=True, help="results/{study}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accelstudy", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_config_commands(sub)
+    _add_prepare_commands(sub)
+    _add_eval_commands(sub)
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    from accelstudy import stages
+
+    if args.command == "check-config":
+        from accelstudy.config import load_config
+
+        config = load_config(args.configfile)
+        print(f"{args.configfile}: ok (study '{config['study']}')")
+    elif args.command == "where-report":
+        from accelstudy.config import load_config
+
+        config = load_config(args.configfile)
+        root = Path(config["results_dir"]) / config["study"] / "report"
+        print(f"Report: {root / 'index.html'} (Markdown: {root / 'report.md'})")
+    elif args.command == "prepare-model":
+        stages.prepare_model(args.spec, args.out, args.seed)
+    elif args.command == "prepare-data":
+        stages.prepare_data(args.task, args.spec, args.split, args.out)
+    elif args.command == "baseline":
+        stages.baseline(
+            study=args.study, system=args.system, model_name=args.model_name,
+            model_dir=args.model_dir, task=args.task, protocol=args.protocol, data=args.data,
+            data_source=args.data_source, settings=args.settings, limit=args.limit,
+            out=args.out, device_kind=args.device,
+        )  # fmt: skip
+    elif args.command == "report":
+        from accelstudy.report import build_report
+
+        print(build_report(args.study, args.records, args.results_dir))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    from accelstudy.data.sources import DataSourceError
+    from accelstudy.models import ModelSourceError
+
+    try:
+        run(args)
+    except (ConfigError, DataSourceError, ModelSourceError) as exc:
+        print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

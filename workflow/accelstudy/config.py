@@ -1,0 +1,164 @@
+"""Load and check a study configuration before any job runs.
+
+Every failure is one line that names the key at fault and what is expected, so a user
+can fix the YAML without reading a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from accelstudy.paths import SCHEMAS, SYSTEMS
+
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "wikitext": {"dataset": "Salesforce/wikitext", "name": "wikitext-2-raw-v1", "eval_split": "test"},
+    "hellaswag": {"dataset": "Rowan/hellaswag", "name": None, "eval_split": "validation"},
+    "boolq": {"dataset": "google/boolq", "name": None, "eval_split": "validation"},
+}
+MODEL_SOURCE_KEYS = {"hf": "id", "local": "path", "gguf": "gguf_file"}
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased as one line naming the key and the fix."""
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A jsonschema validator that fills in `default` values while validating."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema) -> Iterator:
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = json.loads(json.dumps(sub["default"]))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _load_schema(name: str) -> dict[str, Any]:
+    return yaml.safe_load((SCHEMAS / name).read_text())
+
+
+def _key(path: Any) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _explain(error: jsonschema.ValidationError) -> str:
+    key = _key(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"config key '{key}': unknown key(s) {extra}; allowed keys are {allowed}"
+    if error.validator == "propertyNames":
+        return f"config key '{key}': {error.message}; {_allowed_names(error)}"
+    if error.validator == "enum":
+        return f"config key '{key}': {error.instance!r} is not one of {error.validator_value}"
+    if error.validator == "type":
+        return (
+            f"config key '{key}': expected {error.validator_value}, "
+            f"got {type(error.instance).__name__} {error.instance!r}"
+        )
+    if error.validator == "required":
+        return f"config key '{key}': {error.message}"
+    return f"config key '{key}': {error.message}"
+
+
+def _allowed_names(error: jsonschema.ValidationError) -> str:
+    names = error.schema.get("propertyNames", {})
+    if "enum" in names:
+        return f"expected one of {names['enum']}"
+    return "names may use letters, digits, '_', '.', '-'"
+
+
+def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
+    """Validate `config` in place (filling defaults) and return it, or raise ConfigError."""
+    schema = _load_schema("config.schema.yaml")
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: len(list(e.absolute_path)))
+    if errors:
+        deepest = max(errors, key=lambda e: len(list(e.absolute_path)))
+        raise ConfigError(_explain(deepest))
+    base = base_dir or Path.cwd()
+    for name, model in config["models"].items():
+        _check_model(name, model, base)
+    for name, task in config["tasks"].items():
+        _check_task(name, task, base)
+    load_system(config["system"])
+    return config
+
+
+def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
+    source = model["source"]
+    needed = MODEL_SOURCE_KEYS.get(source)
+    if needed and needed not in model:
+        raise ConfigError(f"config key 'models.{name}.{needed}': required when source is '{source}'")
+    if source == "local" and not (base / model["path"]).is_dir():
+        raise ConfigError(
+            f"config key 'models.{name}.path': directory '{model['path']}' does not exist; "
+            "give a saved Hugging Face model directory"
+        )
+    if source == "gguf" and model["gguf_file"] != "embedded":
+        path = base / model["gguf_file"]
+        if not path.is_file():
+            raise ConfigError(
+                f"config key 'models.{name}.gguf_file': file '{model['gguf_file']}' does not "
+                "exist; give a .gguf path or 'embedded'"
+            )
+    tiny = model.get("tiny", {})
+    if source == "tiny-random" and tiny["hidden"] % tiny["heads"]:
+        raise ConfigError(f"config key 'models.{name}.tiny.hidden': must be divisible by heads")
+    if source == "tiny-random" and tiny["heads"] % tiny["kv_heads"]:
+        raise ConfigError(f"config key 'models.{name}.tiny.heads': must be divisible by kv_heads")
+
+
+def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
+    for key, value in TASK_DEFAULTS[name].items():
+        task.setdefault(key, value)
+    if task["source"] != "local":
+        return
+    files = task.get("files") or {}
+    if task["eval_split"] not in files:
+        raise ConfigError(
+            f"config key 'tasks.{name}.files.{task['eval_split']}': required for source 'local' "
+            "(the evaluation split's file)"
+        )
+    for split, file in files.items():
+        path = base / file
+        if path.suffix not in LOCAL_SUFFIXES:
+            raise ConfigError(
+                f"config key 'tasks.{name}.files.{split}': '{file}' must end in one of {LOCAL_SUFFIXES}"
+            )
+        if not path.is_file():
+            raise ConfigError(f"config key 'tasks.{name}.files.{split}': file '{file}' does not exist")
+
+
+def load_system(name: str) -> dict[str, Any]:
+    """The machine description config/systems/{name}.yaml."""
+    path = SYSTEMS / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
+        raise ConfigError(f"config key 'system': unknown system '{name}'; known systems are {known}")
+    return yaml.safe_load(path.read_text())
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML study file and validate it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist")
+    return validate_config(yaml.safe_load(path.read_text()) or {})
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """A stable short hash of a (sub-)configuration, for provenance."""
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

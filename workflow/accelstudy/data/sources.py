@@ -1,0 +1,97 @@
+"""One split of a task, from the Hugging Face Hub, a local file, or the offline stand-in.
+
+Prepared splits are cached as JSON Lines under results/ so evaluation jobs never touch
+the network; a file without the task's columns fails at the job's start, naming them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from accelstudy.records import atomic_open
+
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "wikitext": ("text",),
+    "hellaswag": ("activity_label", "ctx_a", "ctx_b", "endings", "label"),
+    "boolq": ("question", "answer", "passage"),
+}
+
+
+class DataSourceError(ValueError):
+    """A dataset that is missing, unreadable, or lacks the task's columns."""
+
+
+def _read_local(path: Path) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    if not path.is_file():
+        raise DataSourceError(f"data file '{path}' does not exist")
+    readers = {
+        ".jsonl": lambda p: pd.read_json(p, lines=True),
+        ".json": pd.read_json,
+        ".parquet": pd.read_parquet,
+        ".csv": pd.read_csv,
+    }
+    if path.suffix not in readers:
+        raise DataSourceError(f"data file '{path}': unsupported suffix; use {sorted(readers)}")
+    try:
+        frame = readers[path.suffix](path)
+    except ValueError as exc:
+        raise DataSourceError(f"data file '{path}' could not be read: {exc}") from exc
+    return json.loads(frame.to_json(orient="records"))
+
+
+def _read_hub(dataset: str, name: str | None, split: str, revision: str | None) -> list[dict]:
+    from datasets import load_dataset
+
+    data = load_dataset(dataset, name, split=split, revision=revision)
+    return [dict(row) for row in data]
+
+
+def check_columns(task: str, rows: list[dict[str, Any]], origin: str) -> None:
+    if not rows:
+        raise DataSourceError(f"{origin}: no rows")
+    missing = [c for c in REQUIRED_COLUMNS[task] if c not in rows[0]]
+    if missing:
+        raise DataSourceError(
+            f"{origin}: missing column(s) {missing} for task '{task}'; "
+            f"expected columns {list(REQUIRED_COLUMNS[task])}, found {sorted(rows[0])}"
+        )
+
+
+def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | None = None) -> list:
+    """Rows of `split` for `task` as the config entry `spec` describes."""
+    source = spec["source"]
+    if source == "standin":
+        from accelstudy.data.standin import standin_rows
+
+        rows, origin = standin_rows(task, split), f"stand-in {task}/{split}"
+    elif source == "local":
+        files = spec.get("files") or {}
+        if split not in files:
+            raise DataSourceError(f"config key 'tasks.{task}.files.{split}': no file given")
+        path = (base_dir or Path.cwd()) / files[split]
+        rows, origin = _read_local(path), f"data file '{files[split]}'"
+    elif source == "hf":
+        rows = _read_hub(spec["dataset"], spec.get("name"), split, spec.get("revision"))
+        origin = f"dataset '{spec['dataset']}' split '{split}'"
+    else:
+        raise DataSourceError(f"config key 'tasks.{task}.source': unknown source '{source}'")
+    check_columns(task, rows, origin)
+    return rows
+
+
+def prepare_split(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:
+    """Load one split and cache it as JSON Lines at `out` (atomically); return the row count."""
+    rows = load_split(task, spec, split)
+    with atomic_open(out) as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(rows)
+
+
+def read_prepared(path: str | Path) -> list[dict[str, Any]]:
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]

@@ -1,0 +1,131 @@
+"""Offline stand-ins built from real English text that every CPython ships: the
+documentation topics in `pydoc_data.topics`.
+
+They let the default study run with no network. Each has the schema of the task it stands
+in for, so the same evaluators run on them; records and the report label them "stand-in".
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from functools import cache
+
+SPLITS = ("train", "validation", "test")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
+
+
+@cache
+def _topics() -> tuple[tuple[str, str], ...]:
+    from pydoc_data.topics import topics
+
+    return tuple(sorted(topics.items()))
+
+
+def topic_split(index: int) -> str:
+    """Deterministic topic-level split: 20% test, 10% validation, 70% train."""
+    return {0: "test", 1: "test", 2: "validation"}.get(index % 10, "train")
+
+
+def _title(text: str) -> str:
+    return text.strip().splitlines()[0].strip()
+
+
+def _is_prose(paragraph: str) -> bool:
+    lines = paragraph.splitlines()
+    if any(line.startswith((" ", "\t")) for line in lines):
+        return False  # indented blocks are code or grammar
+    words = paragraph.split()
+    return len(words) >= 8 and paragraph.rstrip().endswith((".", ":", "?", "!"))
+
+
+def corpus_paragraphs(split: str | None = None) -> Iterator[tuple[str, str]]:
+    """(topic title, prose paragraph) pairs, optionally from one split's topics only."""
+    for index, (_, text) in enumerate(_topics()):
+        if split is not None and topic_split(index) != split:
+            continue
+        title = _title(text)
+        for block in re.split(r"\n\s*\n", text):
+            if set(block.strip()) <= {"*", "-", "="} or not _is_prose(block):
+                continue
+            yield title, " ".join(block.split())
+
+
+def wikitext_rows(split: str) -> list[dict[str, str]]:
+    """WikiText-shaped rows: a ' = Title = ' heading row per topic, then paragraph rows."""
+    rows: list[dict[str, str]] = []
+    last_title = None
+    for title, paragraph in corpus_paragraphs(split):
+        if title != last_title:
+            rows.append({"text": f" = {title} = \n"})
+            last_title = title
+        rows.append({"text": f" {paragraph} \n"})
+    return rows
+
+
+def _sentences(paragraph: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(paragraph) if s.strip()]
+
+
+def hellaswag_rows(split: str) -> list[dict]:
+    """4-way sentence completion: the true next-sentence ending vs. endings of other topics."""
+    stems = []
+    for title, paragraph in corpus_paragraphs(split):
+        sentences = _sentences(paragraph)
+        for first, second in zip(sentences, sentences[1:], strict=False):
+            words = second.split()
+            if 6 <= len(words) <= 40 and len(first.split()) <= 60:
+                ctx_b = " ".join(words[:2])
+                stems.append((title, first, ctx_b[0].lower() + ctx_b[1:], " ".join(words[2:])))
+    rng = random.Random(f"hellaswag-{split}")
+    rows = []
+    for index, (title, ctx_a, ctx_b, ending) in enumerate(stems):
+        others = [s[3] for s in rng.sample(stems, 12) if s[0] != title and s[3] != ending][:3]
+        if len(others) < 3:
+            continue
+        label = rng.randrange(4)
+        endings = others[:label] + [ending] + others[label:]
+        rows.append(
+            {
+                "ind": index,
+                "activity_label": title,
+                "ctx_a": ctx_a,
+                "ctx_b": ctx_b,
+                "ctx": f"{ctx_a} {ctx_b}",
+                "endings": endings,
+                "source_id": f"pydoc~{title}",
+                "split": split,
+                "split_type": "indomain",
+                "label": str(label),
+            }
+        )
+    return rows
+
+
+def boolq_rows(split: str) -> list[dict]:
+    """Yes/no passage questions with balanced answers: is this passage about topic X?"""
+    paragraphs = [(t, p) for t, p in corpus_paragraphs(split) if 30 <= len(p.split()) <= 180]
+    titles = sorted({t for t, _ in paragraphs})
+    rng = random.Random(f"boolq-{split}")
+    rows = []
+    for index, (title, passage) in enumerate(paragraphs):
+        answer = index % 2 == 0
+        subject = title if answer else rng.choice([t for t in titles if t != title])
+        rows.append(
+            {
+                "question": f"is this passage from the python documentation of {subject.lower()}",
+                "answer": answer,
+                "passage": passage,
+            }
+        )
+    return rows
+
+
+BUILDERS = {"wikitext": wikitext_rows, "hellaswag": hellaswag_rows, "boolq": boolq_rows}
+
+
+def standin_rows(task: str, split: str) -> list[dict]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}'; expected one of {SPLITS}")
+    return BUILDERS[task](split)

@@ -1,0 +1,103 @@
+"""cuda | hpu | cpu: the one place that knows how accelerators differ.
+
+Science code asks this module for a device, a dtype, a synchronise and a peak-memory
+reading; it never branches on the hardware itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import resource
+import sys
+from dataclasses import dataclass
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def hpu_available() -> bool:
+    """True when Habana's PyTorch bridge is installed and sees a Gaudi card."""
+    if importlib.util.find_spec("habana_frameworks") is None:
+        return False
+    import habana_frameworks.torch as htorch  # noqa: F401  (registers the hpu device)
+
+    return bool(torch.hpu.is_available())
+
+
+@dataclass(frozen=True)
+class Device:
+    """A torch device plus the operations whose spelling depends on its kind."""
+
+    kind: str  # "cuda" | "hpu" | "cpu"
+
+    @property
+    def torch(self) -> torch.device:
+        return torch.device(self.kind)
+
+    def synchronize(self) -> None:
+        if self.kind == "cuda":
+            torch.cuda.synchronize()
+        elif self.kind == "hpu":
+            torch.hpu.synchronize()
+
+    def reset_peak_memory(self) -> None:
+        if self.kind == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        elif self.kind == "hpu":
+            torch.hpu.reset_peak_memory_stats()
+
+    def peak_memory_bytes(self) -> int:
+        """Max allocated on an accelerator; the process's peak RSS on the CPU."""
+        if self.kind == "cuda":
+            return int(torch.cuda.max_memory_allocated())
+        if self.kind == "hpu":
+            return int(torch.hpu.max_memory_allocated())
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+
+    def mark_step(self) -> None:
+        """Flush the lazy-mode graph on Gaudi; a no-op elsewhere."""
+        if self.kind == "hpu":
+            import habana_frameworks.torch.core as htcore
+
+            htcore.mark_step()
+
+    def name(self) -> str:
+        if self.kind == "cuda":
+            return torch.cuda.get_device_name()
+        if self.kind == "hpu":
+            return torch.hpu.get_device_name()
+        return cpu_name()
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def resolve(kind: str = "auto") -> Device:
+    """Pick the device: an explicit kind, else $ACCELSTUDY_DEVICE, else the best present."""
+    kind = os.environ.get("ACCELSTUDY_DEVICE", kind) if kind == "auto" else kind
+    if kind == "auto":
+        if torch.cuda.is_available():
+            kind = "cuda"
+        elif hpu_available():
+            kind = "hpu"
+        else:
+            kind = "cpu"
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch sees no CUDA device")
+    if kind == "hpu" and not hpu_available():
+        raise RuntimeError("device 'hpu' requested but habana_frameworks sees no Gaudi card")
+    if kind not in {"cuda", "hpu", "cpu"}:
+        raise ValueError(f"unknown device kind '{kind}'; expected cuda, hpu, cpu or auto")
+    return Device(kind)

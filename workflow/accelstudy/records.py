@@ -1,0 +1,115 @@
+"""The result record every job writes, its provenance, and atomic file writes.
+
+A job writes its output to a temporary file in the same directory and renames it, so a
+killed or failing job never leaves a file that a re-run would take as done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Any
+
+import jsonschema
+import yaml
+
+from accelstudy import __version__
+from accelstudy.paths import PROJECT_ROOT, SCHEMAS
+
+VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "numpy", "snakemake", "lm_eval")
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | Path, payload: Any) -> None:
+    with atomic_open(path) as handle:
+        json.dump(payload, handle, indent=2, sort_keys=False, default=str)
+        handle.write("\n")
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )  # fmt: skip
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"accelstudy": __version__, "python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name.replace("_", "-"))
+    return versions
+
+
+def hardware(device_name: str, device_kind: str) -> dict[str, Any]:
+    return {
+        "device_kind": device_kind,
+        "device_name": device_name,
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": _torch_threads(),
+    }
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: float) -> dict:
+    return {
+        "git_commit": git_commit(),
+        "config_hash": config_hash,
+        "versions": package_versions(),
+        "hardware": hardware(device_name, device_kind),
+        "wall_time_s": round(wall_s, 3),
+        "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def validate_record(record: dict[str, Any]) -> None:
+    schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
+    jsonschema.validate(record, schema)
+
+
+def write_record(path: str | Path, record: dict[str, Any]) -> None:
+    """Validate against workflow/schemas/record.schema.yaml, then write atomically."""
+    validate_record(record)
+    write_json(path, record)
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,29 @@
+# The unquantized (FP32) model on every task, under every configured protocol.
+
+
+rule baseline:
+    input:
+        model=f"{RESULTS}/models/{{model}}",
+        data=eval_split_file,
+    output:
+        f"{RESULTS}/baseline/{{model}}/{{task}}/{{protocol}}.json",
+    params:
+        study=config["study"],
+        system=config["system"],
+        settings=eval_settings,
+        limit=task_limit,
+        source=task_source,
+    log:
+        f"{RESULTS}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} accelstudy baseline --study {params.study} "
+        "--system {params.system} --model-name {wildcards.model} "
+        "--model-dir {input.model:q} --task {wildcards.task} --protocol {wildcards.protocol} "
+        "--data {input.data:q} --data-source {params.source} --settings {params.settings:q} "
+        "--limit {params.limit} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,30 @@
+# Every record into one table, the figures and the report.
+
+
+rule report:
+    input:
+        records=baseline_records(),
+    output:
+        html=f"{RESULTS}/report/index.html",
+        markdown=f"{RESULTS}/report/report.md",
+        records_csv=f"{RESULTS}/tables/records.csv",
+        records_parquet=f"{RESULTS}/tables/records.parquet",
+        baseline=report(
+            f"{RESULTS}/tables/baseline.csv",
+            caption="../report/baseline_table.rst",
+            category="Baseline",
+        ),
+        figure=report(
+            f"{RESULTS}/report/figures/baseline.png",
+            caption="../report/baseline_figure.rst",
+            category="Baseline",
+        ),
+    params:
+        study=config["study"],
+    log:
+        f"{RESULTS}/logs/report.log",
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "accelstudy report --study {params.study} --records {input.records:q} "
+        "--results-dir {RESULTS:q} > {log:q} 2>&1"
