@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 CONFIG ?= config/config.yaml
+# rules call the `accelstudy` CLI: the virtualenv's bin comes first, as if activated
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: study test lint bench clean-venv
 

@@ -5,7 +5,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# the embedded default study, unless --configfile names another (never both: they would merge)
+if not config:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

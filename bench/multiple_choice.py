@@ -1,0 +1,66 @@
+"""Shared-context multiple-choice scoring vs. scoring each (context + ending) separately.
+
+Prints time ratios measured in this run, the largest log-likelihood difference, and
+whether every prediction agrees. Target: shared >= 2x faster than separate, diff <= 1e-4.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import best_of, load_model, parse_args, set_threads  # noqa: E402
+
+from accelstudy.data.standin import standin_rows  # noqa: E402
+from accelstudy.evaluate.multiple_choice import decide, tokenize_request  # noqa: E402
+from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS  # noqa: E402
+from accelstudy.evaluate.scoring import (  # noqa: E402
+    score_padded_batch,
+    score_separately,
+    score_shared_context,
+)
+
+
+def main() -> int:
+    args = parse_args(__doc__)
+    set_threads(args.threads)
+    model, tokenizer = load_model(args.tiny)
+    ok = True
+    for task in ("hellaswag", "boolq"):
+        spec = CHOICE_PROTOCOLS[(task, "paper")]
+        requests = [spec.build(r) for r in standin_rows(task, "validation")[: args.items]]
+        inputs = [tokenize_request(tokenizer, r, spec.prepend_bos, 2048) for r in requests]
+
+        def run(score, inputs=inputs):
+            return [score(model, ctx, conts) for ctx, conts in inputs]
+
+        results = {f.__name__: run(f) for f in (score_shared_context, score_separately, score_padded_batch)}
+        times = {name: best_of(lambda f=f: run(f), repeats=2) for name, f in
+                 [("shared", score_shared_context), ("separate", score_separately),
+                  ("padded", score_padded_batch)]}  # fmt: skip
+        shared, separate = results["score_shared_context"], results["score_separately"]
+        diff = max(
+            abs(a.loglikelihood - b.loglikelihood)
+            for sa, sb in zip(shared, separate, strict=True)
+            for a, b in zip(sa, sb, strict=True)
+        )
+        same = all(
+            decide(r, a, spec.normalisation).prediction == decide(r, b, spec.normalisation).prediction
+            for r, a, b in zip(requests, shared, separate, strict=True)
+        )
+        speedup = times["separate"] / times["shared"]
+        print(
+            f"{task:9s} items={len(inputs)} shared={times['shared']:.2f}s "
+            f"separate={times['separate']:.2f}s padded-batch={times['padded']:.2f}s | "
+            f"speed-up vs separate {speedup:.2f}x, vs padded batch "
+            f"{times['padded'] / times['shared']:.2f}x | max |dLL|={diff:.2e} "
+            f"predictions identical={same}"
+        )
+        ok &= diff <= 1e-4 and same
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

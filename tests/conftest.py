@@ -1,0 +1,50 @@
+"""Shared fixtures: a tiny random Llama with an in-process tokenizer, and stand-in rows."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+# the rules call the `accelstudy` CLI: the running interpreter's bin dir must be on PATH
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+EVAL_SETTINGS = {
+    "block_size": 64,
+    "batch_size": 4,
+    "hellaswag_max_length": 2048,
+    "boolq_max_length": 512,
+    "lm_eval_max_length": 256,
+    "dtype": "float32",
+}
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """(model, tokenizer): 2 layers, hidden 64, vocab 512; deterministic."""
+    from accelstudy.models import tiny_random_llama
+
+    return tiny_random_llama(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, seed=0)
+
+
+@pytest.fixture(scope="session")
+def cpu():
+    from accelstudy.device import resolve
+
+    return resolve("cpu")
+
+
+@pytest.fixture(scope="session")
+def standin():
+    from accelstudy.data.standin import standin_rows
+
+    return {
+        "wikitext": standin_rows("wikitext", "test"),
+        "hellaswag": standin_rows("hellaswag", "validation"),
+        "boolq": standin_rows("boolq", "validation"),
+    }

@@ -1,0 +1,39 @@
+"""The CLI reports bad input as one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from accelstudy.cli import main
+from tests.conftest import ROOT
+
+
+def test_check_config_ok(capsys):
+    assert main(["check-config", "--configfile", str(ROOT / "config" / "config.yaml")]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_check_config_bad_key(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("study: x\nmodels: {m: {source: tiny-random}}\ntasks: {boolq: {source: standin}}\nbatch: 3\n")
+    assert main(["check-config", "--configfile", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown key(s) ['batch']" in err
+
+
+def test_prepare_data_with_wrong_columns(tmp_path):
+    bad = tmp_path / "hs.jsonl"
+    bad.write_text(json.dumps({"ctx": "a", "endings": ["x"], "label": 0}) + "\n")
+    spec = json.dumps({"source": "local", "files": {"validation": str(bad)}})
+    out = tmp_path / "out.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "accelstudy", "prepare-data", "--task", "hellaswag",
+         "--spec", spec, "--split", "validation", "--out", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "missing column(s) ['activity_label', 'ctx_a', 'ctx_b']" in last
+    assert not out.exists()

@@ -1,0 +1,86 @@
+"""Stand-ins have their task's schema and sensible content; local files and columns are checked."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from accelstudy.data import REQUIRED_COLUMNS, DataSourceError, load_split, prepare_split
+from accelstudy.data.sources import read_prepared
+from accelstudy.data.standin import SPLITS, corpus_paragraphs, standin_rows
+
+
+@pytest.mark.parametrize("task", sorted(REQUIRED_COLUMNS))
+def test_standin_has_task_schema(task, standin):
+    rows = standin[task]
+    assert len(rows) > 50
+    for column in REQUIRED_COLUMNS[task]:
+        assert column in rows[0]
+
+
+def test_standin_splits_are_disjoint():
+    texts = {s: {p for _, p in corpus_paragraphs(s)} for s in SPLITS}
+    assert not texts["train"] & texts["test"]
+    assert not texts["train"] & texts["validation"]
+    assert not texts["validation"] & texts["test"]
+
+
+def test_standin_is_deterministic():
+    assert standin_rows("hellaswag", "validation") == standin_rows("hellaswag", "validation")
+
+
+def test_hellaswag_standin_true_ending_continues_its_context(standin):
+    paragraphs = [p for _, p in corpus_paragraphs("validation")]
+    for row in standin["hellaswag"][:30]:
+        assert len(row["endings"]) == 4 and len(set(row["endings"])) == 4
+        label = int(row["label"])
+        true_text = f"{row['ctx_a']} {row['ctx_b'][0].upper()}{row['ctx_b'][1:]} {row['endings'][label]}"
+        assert any(true_text in p for p in paragraphs)
+
+
+def test_boolq_standin_answers_are_balanced(standin):
+    answers = [row["answer"] for row in standin["boolq"]]
+    assert abs(sum(answers) - len(answers) / 2) <= 1
+    for row in standin["boolq"]:
+        assert isinstance(row["answer"], bool)
+
+
+def test_wikitext_standin_looks_like_wikitext(standin):
+    rows = standin["wikitext"]
+    assert rows[0]["text"].startswith(" = ") and rows[0]["text"].endswith(" = \n")
+    assert sum(len(r["text"]) for r in rows) > 40_000
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_local_files_in_each_format(tmp_path, suffix):
+    frame = pd.DataFrame({"question": ["is it", "is not"], "answer": [True, False], "passage": ["a", "b"]})
+    path = tmp_path / f"boolq{suffix}"
+    {".jsonl": lambda p: frame.to_json(p, orient="records", lines=True),
+     ".csv": lambda p: frame.to_csv(p, index=False),
+     ".parquet": lambda p: frame.to_parquet(p)}[suffix](path)  # fmt: skip
+    rows = load_split("boolq", {"source": "local", "files": {"validation": str(path)}}, "validation")
+    assert [r["answer"] for r in rows] == [True, False]
+
+
+def test_dataset_without_expected_columns_names_them(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"question": "q", "label": 1, "text": "p"}) + "\n")
+    with pytest.raises(DataSourceError) as error:
+        load_split("boolq", {"source": "local", "files": {"validation": str(path)}}, "validation")
+    assert "missing column(s) ['answer', 'passage']" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_prepare_split_round_trips_and_never_leaves_partial_output(tmp_path):
+    out = tmp_path / "data" / "boolq" / "validation.jsonl"
+    n = prepare_split("boolq", {"source": "standin"}, "validation", out)
+    assert len(read_prepared(out)) == n
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"x": 1}\n')
+    target = tmp_path / "data" / "boolq" / "train.jsonl"
+    with pytest.raises(DataSourceError):
+        prepare_split("boolq", {"source": "local", "files": {"train": str(bad)}}, "train", target)
+    assert not target.exists()
+    assert [p.name for p in out.parent.iterdir()] == ["validation.jsonl"]

@@ -1,0 +1,125 @@
+"""Scoring and metrics on a tiny random Llama: exact equalities and hand-checked values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from accelstudy.evaluate import evaluate_task
+from accelstudy.evaluate.multiple_choice import decide, tokenize_request
+from accelstudy.evaluate.perplexity import documents, paper_blocks
+from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, boolq_paper, hellaswag_clean
+from accelstudy.evaluate.scoring import Score, score_padded_batch, score_separately, score_shared_context
+from accelstudy.evaluate.tokens import encode, encode_pair
+from tests.conftest import EVAL_SETTINGS
+
+
+@pytest.mark.parametrize(("task", "protocol"), sorted(CHOICE_PROTOCOLS))
+def test_shared_context_equals_separate_scoring(task, protocol, tiny, standin):
+    model, tokenizer = tiny
+    spec = CHOICE_PROTOCOLS[(task, protocol)]
+    for row in standin[task][:8]:
+        context, conts = tokenize_request(tokenizer, spec.build(row), spec.prepend_bos, 2048)
+        shared = score_shared_context(model, context, conts)
+        separate = score_separately(model, context, conts)
+        padded = score_padded_batch(model, context, conts)
+        for a, b, c in zip(shared, separate, padded, strict=True):
+            assert a.n_tokens == b.n_tokens == c.n_tokens
+            assert a.loglikelihood == pytest.approx(b.loglikelihood, abs=1e-4)
+            assert c.loglikelihood == pytest.approx(b.loglikelihood, abs=1e-4)
+            assert a.is_greedy == b.is_greedy
+
+
+def test_score_is_sum_of_token_logprobs(tiny):
+    model, _ = tiny
+    context, cont = [1, 5, 9, 14], [20, 30, 40]
+    [score] = score_shared_context(model, context, [cont])
+    with torch.inference_mode():
+        logits = model(torch.tensor([context + cont])).logits[0]
+    logprobs = torch.log_softmax(logits, -1)
+    expected = sum(float(logprobs[len(context) - 1 + j, t]) for j, t in enumerate(cont))
+    assert score.loglikelihood == pytest.approx(expected, abs=1e-5)
+
+
+def test_paper_perplexity_matches_hf_loss(tiny, standin):
+    model, tokenizer = tiny
+    blocks = paper_blocks(tokenizer, standin["wikitext"], 64, limit=6)
+    assert blocks.shape == (6, 64)
+    assert int((blocks == tokenizer.bos_token_id).sum()) >= 1
+    with torch.inference_mode():
+        losses = [float(model(b[None], labels=b[None]).loss) for b in blocks]
+    expected = math.exp(np.mean(losses))  # equal token counts per block -> plain mean
+    from accelstudy.device import resolve
+
+    metrics, _ = evaluate_task(
+        model, tokenizer, "wikitext", "paper", standin["wikitext"], EVAL_SETTINGS, resolve("cpu"), 6
+    )
+    assert metrics["blocks"] == 6
+    assert metrics["perplexity"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["tokens"] == 6 * 64
+    assert metrics["tokens_per_s"] > 0 and metrics["peak_memory_bytes"] > 0
+
+
+def test_lm_eval_rolling_perplexity_counts_every_token_once(tiny, cpu, standin):
+    model, tokenizer = tiny
+    metrics, _ = evaluate_task(
+        model, tokenizer, "wikitext", "lm-eval", standin["wikitext"], EVAL_SETTINGS, cpu, 3
+    )
+    docs = documents(standin["wikitext"])[:3]
+    n_tokens = sum(len(encode(tokenizer, d, prepend_bos=False)) for d in docs)
+    assert metrics["documents"] == 3
+    assert metrics["tokens"] == n_tokens  # disjoint windows: each token is a target exactly once
+    n_bytes = sum(len(d.encode()) for d in docs)
+    assert metrics["bits_per_byte"] == pytest.approx(math.log2(metrics["byte_perplexity"]), rel=1e-9)
+    words = sum(len(d.split()) for d in docs)
+    assert metrics["word_perplexity"] == pytest.approx(
+        metrics["byte_perplexity"] ** (n_bytes / words), rel=1e-6
+    )
+
+
+def test_documents_split_at_top_level_headings():
+    rows = [{"text": " = A = \n"}, {"text": " a1 \n"}, {"text": " = = Sub = = \n"}, {"text": " = B = \n"}]
+    assert documents(rows) == ["= A = \n a1 \n = = Sub = =", "= B ="]
+
+
+def test_boolq_paper_tie_goes_to_no():
+    request = boolq_paper({"passage": "p", "question": "q", "answer": True})
+    tie = [Score(-2.0, 1, False), Score(-2.0, 1, False)]
+    assert request.choices[decide(request, tie, "token").prediction] == "no"
+
+
+def test_token_normalisation_and_char_normalisation_differ():
+    request = CHOICE_PROTOCOLS[("hellaswag", "lm-eval")].build(
+        {"activity_label": "x", "ctx_a": "a", "ctx_b": "b", "endings": ["aaaaaaaa", "b", "c", "d"], "label": "0"}
+    )
+    scores = [Score(-4.0, 4, False), Score(-3.0, 1, False), Score(-5.0, 1, False), Score(-6.0, 1, False)]
+    result = decide(request, scores, "none")
+    assert result.prediction == 1  # highest sum
+    assert result.prediction_norm == 0  # -4/8 beats -3/1 per character
+
+
+def test_encode_pair_moves_trailing_space(tiny):
+    _, tokenizer = tiny
+    context, cont = encode_pair(tokenizer, "Answer: ", "yes", prepend_bos=True)
+    assert context[0] == tokenizer.bos_token_id
+    assert tokenizer.decode(cont) == " yes"
+
+
+def test_hellaswag_cleaning():
+    assert hellaswag_clean(" How to [title] cook  rice [step] now ") == "How to. cook rice now"
+
+
+def test_multiple_choice_accuracy_from_items(tiny, cpu, standin):
+    model, tokenizer = tiny
+    metrics, items = evaluate_task(
+        model, tokenizer, "hellaswag", "paper", standin["hellaswag"], EVAL_SETTINGS, cpu, 10
+    )
+    assert metrics["items"] == len(items) == 10
+    correct = sum(i["prediction"] == i["gold"] for i in items)
+    assert metrics["accuracy"] == correct / 10
+    for item in items:
+        normalised = np.array(item["loglikelihoods"]) / np.array(item["n_tokens"])
+        assert item["prediction"] == int(np.argmax(normalised))

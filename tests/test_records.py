@@ -1,0 +1,52 @@
+"""Records: schema-checked, provenance filled, written atomically."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from accelstudy.records import atomic_open, provenance, read_record, write_record
+
+
+def record(**changes) -> dict:
+    base = {
+        "stage": "baseline", "study": "t", "system": "cpu", "device": "cpu", "model": "m",
+        "task": "boolq", "method": "fp32", "protocol": "paper", "data_source": "standin",
+        "parameters": {"limit": 3},
+        "metrics": {"accuracy": 0.5, "wall_time_s": 1.0, "tokens_per_s": 10.0, "peak_memory_bytes": 1},
+        "provenance": provenance("abc", "cpu", "cpu", 1.25),
+    }  # fmt: skip
+    base.update(changes)
+    return base
+
+
+def test_provenance_has_commit_versions_hardware():
+    prov = provenance("abc", "some cpu", "cpu", 1.25)
+    assert prov["config_hash"] == "abc" and prov["wall_time_s"] == 1.25
+    assert {"torch", "transformers", "accelstudy"} <= set(prov["versions"])
+    assert prov["hardware"]["cpu_count"] >= 1
+    assert prov["git_commit"]
+
+
+def test_write_and_read_record(tmp_path):
+    write_record(tmp_path / "r.json", record())
+    assert read_record(tmp_path / "r.json")["metrics"]["accuracy"] == 0.5
+
+
+def test_invalid_record_is_not_written(tmp_path):
+    bad = record(metrics={"accuracy": 0.5})
+    with pytest.raises(jsonschema.ValidationError):
+        write_record(tmp_path / "r.json", bad)
+    assert not list(tmp_path.iterdir())
+
+
+def test_failure_mid_write_keeps_the_old_file_and_no_temp(tmp_path):
+    target = tmp_path / "out.json"
+    target.write_text('{"old": true}')
+    with pytest.raises(RuntimeError), atomic_open(target) as handle:
+        handle.write('{"new": ')
+        raise RuntimeError("killed")
+    assert json.loads(target.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]

@@ -1,0 +1,7 @@
+"""python -m accelstudy"""
+
+import sys
+
+from accelstudy.cli import main
+
+sys.exit(main())
