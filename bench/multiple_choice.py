@@ -31,7 +31,7 @@ def main() -> int:
     for task in ("hellaswag", "boolq"):
         spec = CHOICE_PROTOCOLS[(task, "paper")]
         requests = [spec.build(r) for r in standin_rows(task, "validation")[: args.items]]
-        inputs = [tokenize_request(tokenizer, r, spec.prepend_bos, 2048) for r in requests]
+        inputs = [tokenize_request(tokenizer, r, spec.prepend_bos) for r in requests]
 
         def run(score, inputs=inputs):
             return [score(model, ctx, conts) for ctx, conts in inputs]

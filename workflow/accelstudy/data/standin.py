@@ -40,16 +40,29 @@ def _is_prose(paragraph: str) -> bool:
     return len(words) >= 8 and paragraph.rstrip().endswith((".", ":", "?", "!"))
 
 
-def corpus_paragraphs(split: str | None = None) -> Iterator[tuple[str, str]]:
-    """(topic title, prose paragraph) pairs, optionally from one split's topics only."""
+@cache
+def _unique_paragraphs() -> tuple[tuple[str, str, str], ...]:
+    """(split, title, paragraph); a paragraph repeated across topics is kept only once,
+    in its first topic, so no text is shared between splits."""
+    seen: set[str] = set()
+    out = []
     for index, (_, text) in enumerate(_topics()):
-        if split is not None and topic_split(index) != split:
-            continue
         title = _title(text)
         for block in re.split(r"\n\s*\n", text):
             if set(block.strip()) <= {"*", "-", "="} or not _is_prose(block):
                 continue
-            yield title, " ".join(block.split())
+            paragraph = " ".join(block.split())
+            if paragraph not in seen:
+                seen.add(paragraph)
+                out.append((topic_split(index), title, paragraph))
+    return tuple(out)
+
+
+def corpus_paragraphs(split: str | None = None) -> Iterator[tuple[str, str]]:
+    """(topic title, prose paragraph) pairs, optionally from one split's topics only."""
+    for part, title, paragraph in _unique_paragraphs():
+        if split is None or part == split:
+            yield title, paragraph
 
 
 def wikitext_rows(split: str) -> list[dict[str, str]]:

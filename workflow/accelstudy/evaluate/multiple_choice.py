@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -25,15 +26,33 @@ class ItemResult:
 
 
 def tokenize_request(
-    tokenizer: PreTrainedTokenizerBase, request: ChoiceRequest, prepend_bos: bool, max_length: int
+    tokenizer: PreTrainedTokenizerBase, request: ChoiceRequest, prepend_bos: bool
 ) -> tuple[list[int], list[list[int]]]:
-    """Context tokens (left-truncated to fit `max_length`) and each continuation's tokens."""
+    """Context tokens and each continuation's tokens (lm-eval's split of the whole string)."""
     pairs = [encode_pair(tokenizer, request.context, c, prepend_bos) for c in request.continuations]
-    context = pairs[0][0]
-    continuations = [cont for _, cont in pairs]
-    longest = max(len(c) for c in continuations)
-    keep = max(1, max_length + 1 - longest)
-    return context[-keep:], continuations
+    return pairs[0][0], [cont for _, cont in pairs]
+
+
+def score_request(
+    model: torch.nn.Module,
+    context: list[int],
+    continuations: list[list[int]],
+    max_length: int,
+    score: Callable[[torch.nn.Module, list[int], list[list[int]]], list[Score]],
+) -> list[Score]:
+    """Score with a shared context when everything fits in `max_length`.
+
+    Otherwise each continuation keeps the last `max_length + 1` tokens of its own
+    (context + continuation), as lm-eval truncates, so the contexts differ and are scored
+    one by one.
+    """
+    if all(len(context) + len(c) - 1 <= max_length for c in continuations):
+        return score(model, context, continuations)
+    scores = []
+    for cont in continuations:
+        whole = (context + cont)[-(max_length + 1) :]
+        scores.extend(score(model, whole[: len(whole) - len(cont)], [cont]))
+    return scores
 
 
 def _argmax(values: np.ndarray, tie_break: int | None) -> int:
@@ -72,8 +91,8 @@ def evaluate_multiple_choice(
     items: list[ItemResult] = []
     for row in tqdm(rows, desc=f"{task}/{protocol}", unit="item", mininterval=5):
         request = spec.build(row)
-        context, continuations = tokenize_request(tokenizer, request, spec.prepend_bos, max_length)
-        scores = score(model, context, continuations)
+        context, continuations = tokenize_request(tokenizer, request, spec.prepend_bos)
+        scores = score_request(model, context, continuations, max_length, score)
         meter.add(len(context) + sum(len(c) - 1 for c in continuations))
         items.append(decide(request, scores, spec.normalisation))
     gold = np.array([i.gold for i in items])

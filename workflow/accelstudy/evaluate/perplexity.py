@@ -88,7 +88,7 @@ def perplexity_lm_eval(
     device = next(model.parameters()).device
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     docs = documents(rows)[:limit] if limit else documents(rows)
-    total_ll, words, n_bytes = 0.0, 0, 0
+    total_ll, words, n_bytes, targets_seen = 0.0, 0, 0, 0
     for doc in tqdm(docs, desc="rolling perplexity", unit="doc"):
         tokens = encode(tokenizer, doc, prepend_bos=False)
         windows = get_rolling_token_windows(tokens, prefix, max_length, 1)
@@ -98,6 +98,7 @@ def perplexity_lm_eval(
             targets = torch.tensor(continuation, device=device)
             picked = logprobs[-len(continuation) :].gather(1, targets[:, None])
             total_ll += float(picked.double().sum())
+            targets_seen += len(continuation)
             meter.add(inputs.numel())
         words += len(re.split(r"\s+", doc))
         n_bytes += len(doc.encode("utf-8"))
@@ -107,4 +108,5 @@ def perplexity_lm_eval(
         "bits_per_byte": -total_ll / n_bytes / math.log(2),
         "perplexity": math.exp(-total_ll / words),
         "documents": len(docs),
+        "target_tokens": targets_seen,
     }
