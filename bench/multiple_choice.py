@@ -11,16 +11,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import best_of, load_model, parse_args, set_threads  # noqa: E402
-
-from accelstudy.data.standin import standin_rows  # noqa: E402
-from accelstudy.evaluate.multiple_choice import decide, tokenize_request  # noqa: E402
-from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS  # noqa: E402
-from accelstudy.evaluate.scoring import (  # noqa: E402
+from accelstudy.data.standin import standin_rows
+from accelstudy.evaluate.multiple_choice import decide, tokenize_request
+from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS
+from accelstudy.evaluate.scoring import (
     score_padded_batch,
     score_separately,
     score_shared_context,
 )
+from common import best_of, load_model, parse_args, set_threads
 
 
 def main() -> int:
@@ -36,7 +35,9 @@ def main() -> int:
         def run(score, inputs=inputs):
             return [score(model, ctx, conts) for ctx, conts in inputs]
 
-        results = {f.__name__: run(f) for f in (score_shared_context, score_separately, score_padded_batch)}
+        results = {
+            f.__name__: run(f) for f in (score_shared_context, score_separately, score_padded_batch)
+        }
         times = {name: best_of(lambda f=f: run(f), repeats=2) for name, f in
                  [("shared", score_shared_context), ("separate", score_separately),
                   ("padded", score_padded_batch)]}  # fmt: skip
@@ -47,7 +48,8 @@ def main() -> int:
             for a, b in zip(sa, sb, strict=True)
         )
         same = all(
-            decide(r, a, spec.normalisation).prediction == decide(r, b, spec.normalisation).prediction
+            decide(r, a, spec.normalisation).prediction
+            == decide(r, b, spec.normalisation).prediction
             for r, a, b in zip(requests, shared, separate, strict=True)
         )
         speedup = times["separate"] / times["shared"]

@@ -13,10 +13,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import best_of, load_model, parse_args, set_threads  # noqa: E402
-
-from accelstudy.data.standin import standin_rows  # noqa: E402
-from accelstudy.evaluate.perplexity import block_loss, paper_blocks  # noqa: E402
+from accelstudy.data.standin import standin_rows
+from accelstudy.evaluate.perplexity import block_loss, paper_blocks
+from common import best_of, load_model, parse_args, set_threads
 
 
 def matmul_flops(n: int = 2048) -> float:

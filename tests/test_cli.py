@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from accelstudy.cli import main
+
 from tests.conftest import ROOT
 
 
@@ -17,7 +18,9 @@ def test_check_config_ok(capsys):
 
 def test_check_config_bad_key(tmp_path, capsys):
     path = tmp_path / "c.yaml"
-    path.write_text("study: x\nmodels: {m: {source: tiny-random}}\ntasks: {boolq: {source: standin}}\nbatch: 3\n")
+    path.write_text(
+        "study: x\nmodels: {m: {source: tiny-random}}\ntasks: {boolq: {source: standin}}\nbatch: 3\n"
+    )
     assert main(["check-config", "--configfile", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "unknown key(s) ['batch']" in err

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import yaml
-
 from accelstudy.config import ConfigError, load_config, validate_config
+
 from tests.conftest import ROOT
 
 GOOD = {

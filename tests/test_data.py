@@ -6,7 +6,6 @@ import json
 
 import pandas as pd
 import pytest
-
 from accelstudy.data import REQUIRED_COLUMNS, DataSourceError, load_split, prepare_split
 from accelstudy.data.sources import read_prepared
 from accelstudy.data.standin import SPLITS, corpus_paragraphs, standin_rows
@@ -36,7 +35,9 @@ def test_hellaswag_standin_true_ending_continues_its_context(standin):
     for row in standin["hellaswag"][:30]:
         assert len(row["endings"]) == 4 and len(set(row["endings"])) == 4
         label = int(row["label"])
-        true_text = f"{row['ctx_a']} {row['ctx_b'][0].upper()}{row['ctx_b'][1:]} {row['endings'][label]}"
+        true_text = (
+            f"{row['ctx_a']} {row['ctx_b'][0].upper()}{row['ctx_b'][1:]} {row['endings'][label]}"
+        )
         assert any(true_text in p for p in paragraphs)
 
 
@@ -55,12 +56,16 @@ def test_wikitext_standin_looks_like_wikitext(standin):
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
 def test_local_files_in_each_format(tmp_path, suffix):
-    frame = pd.DataFrame({"question": ["is it", "is not"], "answer": [True, False], "passage": ["a", "b"]})
+    frame = pd.DataFrame(
+        {"question": ["is it", "is not"], "answer": [True, False], "passage": ["a", "b"]}
+    )
     path = tmp_path / f"boolq{suffix}"
     {".jsonl": lambda p: frame.to_json(p, orient="records", lines=True),
      ".csv": lambda p: frame.to_csv(p, index=False),
      ".parquet": lambda p: frame.to_parquet(p)}[suffix](path)  # fmt: skip
-    rows = load_split("boolq", {"source": "local", "files": {"validation": str(path)}}, "validation")
+    rows = load_split(
+        "boolq", {"source": "local", "files": {"validation": str(path)}}, "validation"
+    )
     assert [r["answer"] for r in rows] == [True, False]
 
 

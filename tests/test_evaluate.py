@@ -7,13 +7,18 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from accelstudy.evaluate import evaluate_task
 from accelstudy.evaluate.multiple_choice import decide, tokenize_request
 from accelstudy.evaluate.perplexity import documents, paper_blocks
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, boolq_paper, hellaswag_clean
-from accelstudy.evaluate.scoring import Score, score_padded_batch, score_separately, score_shared_context
+from accelstudy.evaluate.scoring import (
+    Score,
+    score_padded_batch,
+    score_separately,
+    score_shared_context,
+)
 from accelstudy.evaluate.tokens import encode, encode_pair
+
 from tests.conftest import EVAL_SETTINGS
 
 
@@ -74,7 +79,9 @@ def test_lm_eval_rolling_perplexity_counts_every_token_once(tiny, cpu, standin):
     assert metrics["target_tokens"] == n_tokens  # each token is a target exactly once
     assert metrics["tokens"] >= n_tokens  # windows re-read earlier tokens as context
     n_bytes = sum(len(d.encode()) for d in docs)
-    assert metrics["bits_per_byte"] == pytest.approx(math.log2(metrics["byte_perplexity"]), rel=1e-9)
+    assert metrics["bits_per_byte"] == pytest.approx(
+        math.log2(metrics["byte_perplexity"]), rel=1e-9
+    )
     words = sum(len(d.split()) for d in docs)
     assert metrics["word_perplexity"] == pytest.approx(
         metrics["byte_perplexity"] ** (n_bytes / words), rel=1e-6
@@ -82,7 +89,12 @@ def test_lm_eval_rolling_perplexity_counts_every_token_once(tiny, cpu, standin):
 
 
 def test_documents_split_at_top_level_headings():
-    rows = [{"text": " = A = \n"}, {"text": " a1 \n"}, {"text": " = = Sub = = \n"}, {"text": " = B = \n"}]
+    rows = [
+        {"text": " = A = \n"},
+        {"text": " a1 \n"},
+        {"text": " = = Sub = = \n"},
+        {"text": " = B = \n"},
+    ]
     assert documents(rows) == ["= A = \n a1 \n = = Sub = =", "= B ="]
 
 
@@ -94,9 +106,20 @@ def test_boolq_paper_tie_goes_to_no():
 
 def test_token_normalisation_and_char_normalisation_differ():
     request = CHOICE_PROTOCOLS[("hellaswag", "lm-eval")].build(
-        {"activity_label": "x", "ctx_a": "a", "ctx_b": "b", "endings": ["aaaaaaaa", "b", "c", "d"], "label": "0"}
+        {
+            "activity_label": "x",
+            "ctx_a": "a",
+            "ctx_b": "b",
+            "endings": ["aaaaaaaa", "b", "c", "d"],
+            "label": "0",
+        }
     )
-    scores = [Score(-4.0, 4, False), Score(-3.0, 1, False), Score(-5.0, 1, False), Score(-6.0, 1, False)]
+    scores = [
+        Score(-4.0, 4, False),
+        Score(-3.0, 1, False),
+        Score(-5.0, 1, False),
+        Score(-6.0, 1, False),
+    ]
     result = decide(request, scores, "none")
     assert result.prediction == 1  # highest sum
     assert result.prediction_norm == 0  # -4/8 beats -3/1 per character

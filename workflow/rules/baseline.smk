@@ -7,20 +7,20 @@ rule baseline:
         data=eval_split_file,
     output:
         f"{RESULTS}/baseline/{{model}}/{{task}}/{{protocol}}.json",
+    log:
+        f"{RESULTS}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
+    conda:
+        "../../envs/cpu.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=120,
     params:
         study=config["study"],
         system=config["system"],
         settings=eval_settings,
         limit=task_limit,
         source=task_source,
-    log:
-        f"{RESULTS}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=120,
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "OMP_NUM_THREADS={threads} accelstudy baseline --study {params.study} "
         "--system {params.system} --model-name {wildcards.model} "

@@ -1,5 +1,6 @@
 # Config validation and input functions shared by all rules.
 import json
+import os
 
 from accelstudy.config import validate_config
 from accelstudy.evaluate.runner import relevant_settings
@@ -15,6 +16,7 @@ EVAL_UNITS = [
     for task in TASKS
     for protocol in config["tasks"][task]["protocols"]
 ]
+
 
 wildcard_constraints:
     model="|".join(MODELS),

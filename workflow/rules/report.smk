@@ -19,12 +19,13 @@ rule report:
             caption="../report/baseline_figure.rst",
             category="Baseline",
         ),
-    params:
-        study=config["study"],
     log:
         f"{RESULTS}/logs/report.log",
     conda:
         "../../envs/cpu.yaml"
+    params:
+        study=config["study"],
+        results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.html)),
     shell:
         "accelstudy report --study {params.study} --records {input.records:q} "
-        "--results-dir {RESULTS:q} > {log:q} 2>&1"
+        "--results-dir {params.results:q} > {log:q} 2>&1"

@@ -7,6 +7,7 @@ in for, so the same evaluators run on them; records and the report label them "s
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections.abc import Iterator
@@ -86,7 +87,7 @@ def hellaswag_rows(split: str) -> list[dict]:
     stems = []
     for title, paragraph in corpus_paragraphs(split):
         sentences = _sentences(paragraph)
-        for first, second in zip(sentences, sentences[1:], strict=False):
+        for first, second in itertools.pairwise(sentences):
             words = second.split()
             if 6 <= len(words) <= 40 and len(first.split()) <= 60:
                 ctx_b = " ".join(words[:2])
@@ -98,7 +99,7 @@ def hellaswag_rows(split: str) -> list[dict]:
         if len(others) < 3:
             continue
         label = rng.randrange(4)
-        endings = others[:label] + [ending] + others[label:]
+        endings = [*others[:label], ending, *others[label:]]
         rows.append(
             {
                 "ind": index,

@@ -86,7 +86,9 @@ def perplexity_lm_eval(
 ) -> dict[str, float]:
     """lm-eval's loglikelihood_rolling over documents: word/byte perplexity, bits per byte."""
     device = next(model.parameters()).device
-    prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    prefix = (
+        tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    )
     docs = documents(rows)[:limit] if limit else documents(rows)
     total_ll, words, n_bytes, targets_seen = 0.0, 0, 0, 0
     for doc in tqdm(docs, desc="rolling perplexity", unit="doc"):

@@ -8,7 +8,9 @@ the first does a fraction of the work (bench/multiple_choice.py measures it).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +33,13 @@ def _gather(logprobs: torch.Tensor, targets: list[int]) -> tuple[float, bool]:
     return float(picked.double().sum()), greedy
 
 
+@cache
+def _cache_argument(model_class: type) -> str:
+    """transformers 5 calls the KV cache `cache`; 4.x (the Gaudi stack) `past_key_values`."""
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 def _pad(rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
@@ -51,10 +60,11 @@ def score_shared_context(
     rest_len = max(len(c) for c in continuations) - 1
     rest = None
     if rest_len > 0:
-        cache = out.cache
-        cache.batch_repeat_interleave(len(continuations))
+        argument = _cache_argument(type(model))
+        kv = getattr(out, argument)
+        kv.batch_repeat_interleave(len(continuations))
         inputs = _pad([c[:-1] for c in continuations], 0, device)
-        logits = model(inputs, cache=cache, use_cache=True).logits
+        logits = model(inputs, use_cache=True, **{argument: kv}).logits
         rest = F.log_softmax(logits.float(), dim=-1)
     scores = []
     for i, cont in enumerate(continuations):

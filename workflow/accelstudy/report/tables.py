@@ -16,7 +16,9 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
     ours = records[records["stage"] == "baseline"].copy()
     if ours.empty:
         return ours
-    ours["ours"] = [_display_value(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)]
+    ours["ours"] = [
+        _display_value(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)
+    ]
     pub = published[published["table"] == "baseline"]
     rows = []
     for _, r in ours.iterrows():
