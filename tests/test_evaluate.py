@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from accelstudy.evaluate import evaluate_task
-from accelstudy.evaluate.multiple_choice import decide, tokenize_request
+from accelstudy.evaluate.multiple_choice import decide, score_items, tokenize_request
 from accelstudy.evaluate.perplexity import documents, paper_blocks
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, boolq_paper, hellaswag_clean
 from accelstudy.evaluate.scoring import (
@@ -16,6 +16,7 @@ from accelstudy.evaluate.scoring import (
     score_padded_batch,
     score_separately,
     score_shared_context,
+    score_shared_contexts,
 )
 from accelstudy.evaluate.tokens import encode, encode_pair
 
@@ -36,6 +37,32 @@ def test_shared_context_equals_separate_scoring(task, protocol, tiny, standin):
             assert a.loglikelihood == pytest.approx(b.loglikelihood, abs=1e-4)
             assert c.loglikelihood == pytest.approx(b.loglikelihood, abs=1e-4)
             assert a.is_greedy == b.is_greedy
+
+
+@pytest.mark.parametrize("task", ["hellaswag", "boolq"])
+def test_batched_shared_contexts_equal_separate_scoring(task, tiny, standin):
+    """Items of different context lengths in one batch: padding must not leak into scores."""
+    model, tokenizer = tiny
+    spec = CHOICE_PROTOCOLS[(task, "paper")]
+    items = [tokenize_request(tokenizer, spec.build(r), True) for r in standin[task][:6]]
+    items.append(([tokenizer.bos_token_id], items[0][1]))  # a one-token context
+    assert len({len(c) for c, _ in items}) > 2
+    batched = score_shared_contexts(model, items)
+    for (context, conts), scores in zip(items, batched, strict=True):
+        expected = score_separately(model, context, conts)
+        assert [s.loglikelihood for s in scores] == pytest.approx(
+            [s.loglikelihood for s in expected], abs=1e-4
+        )
+
+
+def test_long_items_are_truncated_like_lm_eval(tiny):
+    model, _ = tiny
+    context, conts = list(range(5, 45)), [[7, 8, 9], [10]]
+    [scores] = score_items(model, [(context, conts)], max_length=16)
+    for cont, score in zip(conts, scores, strict=True):
+        whole = (context + cont)[-17:]
+        [expected] = score_separately(model, whole[: len(whole) - len(cont)], [cont])
+        assert score.loglikelihood == pytest.approx(expected.loglikelihood, abs=1e-5)
 
 
 def test_score_is_sum_of_token_logprobs(tiny):

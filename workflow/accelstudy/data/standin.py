@@ -7,7 +7,6 @@ in for, so the same evaluators run on them; records and the report label them "s
 
 from __future__ import annotations
 
-import itertools
 import random
 import re
 from collections.abc import Iterator
@@ -87,11 +86,17 @@ def hellaswag_rows(split: str) -> list[dict]:
     stems = []
     for title, paragraph in corpus_paragraphs(split):
         sentences = _sentences(paragraph)
-        for first, second in itertools.pairwise(sentences):
-            words = second.split()
-            if 6 <= len(words) <= 40 and len(first.split()) <= 60:
+        for index in range(1, len(sentences)):
+            words = sentences[index].split()
+            # ctx_a: up to three preceding sentences (at most ~80 words), like HellaSwag's
+            # multi-sentence WikiHow contexts; ctx_b: the first two words of the next one
+            previous = sentences[max(0, index - 3) : index]
+            while len(previous) > 1 and len(" ".join(previous).split()) > 80:
+                previous = previous[1:]
+            ctx_a = " ".join(previous)
+            if 6 <= len(words) <= 40 and len(ctx_a.split()) <= 80:
                 ctx_b = " ".join(words[:2])
-                stems.append((title, first, ctx_b[0].lower() + ctx_b[1:], " ".join(words[2:])))
+                stems.append((title, ctx_a, ctx_b[0].lower() + ctx_b[1:], " ".join(words[2:])))
     rng = random.Random(f"hellaswag-{split}")
     rows = []
     for index, (title, ctx_a, ctx_b, ending) in enumerate(stems):

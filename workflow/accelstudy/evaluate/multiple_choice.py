@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -12,7 +11,13 @@ from transformers import PreTrainedTokenizerBase
 
 from accelstudy.evaluate.meters import Meter
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceRequest
-from accelstudy.evaluate.scoring import Score, score_separately, score_shared_context
+from accelstudy.evaluate.scoring import (
+    Item,
+    Score,
+    score_separately,
+    score_shared_context,
+    score_shared_contexts,
+)
 from accelstudy.evaluate.tokens import encode_pair
 
 
@@ -33,25 +38,57 @@ def tokenize_request(
     return pairs[0][0], [cont for _, cont in pairs]
 
 
-def score_request(
-    model: torch.nn.Module,
-    context: list[int],
-    continuations: list[list[int]],
-    max_length: int,
-    score: Callable[[torch.nn.Module, list[int], list[list[int]]], list[Score]],
-) -> list[Score]:
-    """Score with a shared context when everything fits in `max_length`.
+ITEMS_PER_BATCH = 8
 
-    Otherwise each continuation keeps the last `max_length + 1` tokens of its own
-    (context + continuation), as lm-eval truncates, so the contexts differ and are scored
-    one by one.
-    """
-    if all(len(context) + len(c) - 1 <= max_length for c in continuations):
-        return score(model, context, continuations)
+
+def _fits(context: list[int], continuations: list[list[int]], max_length: int) -> bool:
+    return all(len(context) + len(c) - 1 <= max_length for c in continuations)
+
+
+def _score_truncated(
+    model: torch.nn.Module, context: list[int], continuations: list[list[int]], max_length: int
+) -> list[Score]:
+    """As lm-eval truncates: each continuation keeps the last `max_length + 1` tokens of its
+    own (context + continuation), so the contexts differ and are scored one by one."""
     scores = []
     for cont in continuations:
         whole = (context + cont)[-(max_length + 1) :]
-        scores.extend(score(model, whole[: len(whole) - len(cont)], [cont]))
+        scores.extend(score_shared_context(model, whole[: len(whole) - len(cont)], [cont]))
+    return scores
+
+
+def score_items(
+    model: torch.nn.Module,
+    tokenized: list[Item],
+    max_length: int,
+    shared_context: bool = True,
+    desc: str = "items",
+) -> list[list[Score]]:
+    """Scores of every item, in order.
+
+    Items that fit go through shared-context scoring in batches of similar context length;
+    the rare item longer than `max_length` is truncated per continuation.
+    """
+    scores: list[list[Score] | None] = [None] * len(tokenized)
+    fitting = sorted(
+        (i for i, item in enumerate(tokenized) if _fits(*item, max_length)),
+        key=lambda i: len(tokenized[i][0]),
+    )
+    for i in set(range(len(tokenized))) - set(fitting):
+        scores[i] = _score_truncated(model, *tokenized[i], max_length)
+    # Several items per batch pays when every continuation is one token (BoolQ: no second
+    # pass). With endings of varied length, padding them to the longest in a many-item batch
+    # costs more than the batching saves (bench/multiple_choice.py), so items go one by one.
+    single_tokens = all(len(c) == 1 for _, conts in tokenized for c in conts)
+    step = ITEMS_PER_BATCH if shared_context and single_tokens else 1
+    for start in tqdm(range(0, len(fitting), step), desc=desc, unit="batch", mininterval=5):
+        chunk = fitting[start : start + step]
+        if shared_context:
+            batch = score_shared_contexts(model, [tokenized[i] for i in chunk])
+        else:
+            batch = [score_separately(model, *tokenized[i]) for i in chunk]
+        for i, item_scores in zip(chunk, batch, strict=True):
+            scores[i] = item_scores
     return scores
 
 
@@ -87,14 +124,15 @@ def evaluate_multiple_choice(
 ) -> tuple[dict[str, float], list[dict]]:
     """Accuracy over `rows`; also acc_norm (character-normalised) under lm-eval's protocol."""
     spec = CHOICE_PROTOCOLS[(task, protocol)]
-    score = score_shared_context if shared_context else score_separately
-    items: list[ItemResult] = []
-    for row in tqdm(rows, desc=f"{task}/{protocol}", unit="item", mininterval=5):
-        request = spec.build(row)
-        context, continuations = tokenize_request(tokenizer, request, spec.prepend_bos)
-        scores = score_request(model, context, continuations, max_length, score)
+    requests = [spec.build(row) for row in rows]
+    tokenized = [tokenize_request(tokenizer, r, spec.prepend_bos) for r in requests]
+    scores = score_items(model, tokenized, max_length, shared_context, f"{task}/{protocol}")
+    for context, continuations in tokenized:
         meter.add(len(context) + sum(len(c) - 1 for c in continuations))
-        items.append(decide(request, scores, spec.normalisation))
+    items = [
+        decide(request, item_scores, spec.normalisation)
+        for request, item_scores in zip(requests, scores, strict=True)
+    ]
     gold = np.array([i.gold for i in items])
     acc = float(np.mean(np.array([i.prediction for i in items]) == gold))
     metrics = {"items": len(items), "acc": acc}

@@ -1,9 +1,9 @@
 """Log-likelihood of continuations given a context, the core of multiple-choice scoring.
 
-`score_shared_context` runs the context once and scores every continuation from its KV
-cache; `score_separately` runs each (context + continuation) in full, one pass each, and
-`score_padded_batch` runs them in full as one padded batch. All return the same numbers;
-the first does a fraction of the work (bench/multiple_choice.py measures it).
+`score_shared_contexts` runs each context once (several items per batch) and scores every
+continuation from its KV cache; `score_separately` runs each (context + continuation) in
+full, one pass each, and `score_padded_batch` runs them in full as one padded batch. All
+return the same numbers; the first does a fraction of the work (bench/multiple_choice.py).
 """
 
 from __future__ import annotations
@@ -45,35 +45,61 @@ def _pad(rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tens
     return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
 
 
+Item = tuple[list[int], list[list[int]]]  # (context tokens, each continuation's tokens)
+
+
 @torch.inference_mode()
+def score_shared_contexts(model: torch.nn.Module, items: list[Item]) -> list[list[Score]]:
+    """Score every item's continuations, each context run once, several items per batch.
+
+    1. The contexts run as one right-padded batch; the KV cache keeps every position and
+       only each context's last hidden state goes through the LM head.
+    2. Each item's cache rows are repeated once per continuation; all continuations (minus
+       their last token) run as one batch on top, with position ids continuing each
+       context and an attention mask that hides the other contexts' padding.
+    Continuation padding is on the right, so under the causal mask no real token sees it.
+    """
+    device = next(model.parameters()).device
+    contexts = [context for context, _ in items]
+    lengths = torch.tensor([len(c) for c in contexts], device=device)
+    context_mask = _pad([[1] * len(c) for c in contexts], 0, device)
+    argument = _cache_argument(type(model))
+    out = model.get_decoder()(
+        _pad(contexts, 0, device), attention_mask=context_mask, use_cache=True
+    )
+    last = out.last_hidden_state[torch.arange(len(items), device=device), lengths - 1]
+    first = F.log_softmax(model.get_output_embeddings()(last).float(), dim=-1)
+
+    owners = [i for i, (_, conts) in enumerate(items) for _ in conts]
+    continuations = [cont for _, conts in items for cont in conts]
+    rest = None
+    if max(len(c) for c in continuations) > 1:
+        kv = getattr(out, argument)
+        kv.batch_select_indices(torch.tensor(owners, device=device))
+        inputs = _pad([c[:-1] for c in continuations], 0, device)
+        width = inputs.shape[1]
+        mask = torch.cat([context_mask[owners], torch.ones_like(inputs)], dim=1)
+        positions = lengths[owners][:, None] + torch.arange(width, device=device)[None]
+        logits = model(
+            inputs, attention_mask=mask, position_ids=positions, use_cache=True, **{argument: kv}
+        ).logits
+        rest = F.log_softmax(logits.float(), dim=-1)
+
+    scores: list[list[Score]] = [[] for _ in items]
+    for row, (owner, cont) in enumerate(zip(owners, continuations, strict=True)):
+        rows = first[owner][None]
+        if len(cont) > 1:
+            rows = torch.cat([rows, rest[row, : len(cont) - 1]], dim=0)
+        ll, greedy = _gather(rows, cont)
+        scores[owner].append(Score(ll, len(cont), greedy))
+    return scores
+
+
 def score_shared_context(
     model: torch.nn.Module, context: list[int], continuations: list[list[int]]
 ) -> list[Score]:
-    """Score continuations after one pass over the shared context.
-
-    Right padding needs no attention mask: under a causal mask no real token attends to a
-    pad that comes after it, and logits at pad positions are ignored.
-    """
-    device = next(model.parameters()).device
-    out = model(torch.tensor([context], device=device), use_cache=True, logits_to_keep=1)
-    first = F.log_softmax(out.logits[0, -1].float(), dim=-1)
-    rest_len = max(len(c) for c in continuations) - 1
-    rest = None
-    if rest_len > 0:
-        argument = _cache_argument(type(model))
-        kv = getattr(out, argument)
-        kv.batch_repeat_interleave(len(continuations))
-        inputs = _pad([c[:-1] for c in continuations], 0, device)
-        logits = model(inputs, use_cache=True, **{argument: kv}).logits
-        rest = F.log_softmax(logits.float(), dim=-1)
-    scores = []
-    for i, cont in enumerate(continuations):
-        rows = first[None]
-        if len(cont) > 1:
-            rows = torch.cat([rows, rest[i, : len(cont) - 1]], dim=0)
-        ll, greedy = _gather(rows, cont)
-        scores.append(Score(ll, len(cont), greedy))
-    return scores
+    """One item: the context runs once; every continuation is scored from its KV cache."""
+    return score_shared_contexts(model, [(context, continuations)])[0]
 
 
 @torch.inference_mode()
