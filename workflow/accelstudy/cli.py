@@ -59,6 +59,81 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results-dir", type=Path, required=True, help="results/{study}")
 
 
+def _add_ptq_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sensitivity", help="pruning sensitivity of one chunk of targets")
+    p.add_argument("--model-dir", type=Path, required=True)
+    p.add_argument("--task", required=True)
+    p.add_argument("--data", type=Path, required=True, help="the calibration split")
+    p.add_argument("--limit", type=_optional_int, default=None)
+    p.add_argument("--settings", type=_json, required=True)
+    p.add_argument("--granularity", required=True)
+    p.add_argument("--family", default="mlp")
+    p.add_argument("--sparsity", type=float, required=True)
+    p.add_argument("--chunks", type=int, required=True)
+    p.add_argument("--chunk", type=int, required=True)
+    p.add_argument("--prefix-reuse", type=_json, default=True)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("gather-sensitivity", help="chunks -> one sensitivity table")
+    p.add_argument("--chunks", type=Path, nargs="+", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("cluster", help="sensitivity table -> layer-to-bits map and figure")
+    p.add_argument("--table", type=Path, required=True)
+    p.add_argument("--bits", type=_json, required=True)
+    p.add_argument("--method", default="percentile")
+    p.add_argument("--remainder", default="last")
+    p.add_argument("--model-dir", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--figure", type=Path)
+    p = sub.add_parser("quantize", help="quantize per an assignment and evaluate")
+    for name in ("study", "system", "model-name", "task", "data-source", "recipe"):
+        p.add_argument(f"--{name}", required=True)
+    p.add_argument("--model-dir", type=Path, required=True)
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--settings", type=_json, required=True)
+    p.add_argument("--limit", type=_optional_int, default=None)
+    p.add_argument("--assignment", type=Path, required=True)
+    p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--symmetric", type=_json, default=True)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", type=Path, required=True)
+
+
+def _run_ptq(args: argparse.Namespace) -> None:
+    from accelstudy.ptq import stages as ptq
+
+    if args.command == "sensitivity":
+        ptq.sensitivity_chunk(
+            model_dir=args.model_dir, task=args.task, data=args.data, limit=args.limit,
+            settings=args.settings, granularity=args.granularity, family=args.family,
+            sparsity=args.sparsity, chunks=args.chunks, chunk=args.chunk,
+            prefix_reuse=args.prefix_reuse, out=args.out, device_kind=args.device,
+        )  # fmt: skip
+    elif args.command == "gather-sensitivity":
+        ptq.gather_sensitivity(args.chunks, args.out)
+    elif args.command == "cluster":
+        import json as _json_module
+
+        n_layers = _json_module.loads((args.model_dir / "config.json").read_text())[
+            "num_hidden_layers"
+        ]
+        ptq.cluster(
+            table=args.table, bits=args.bits, method=args.method, remainder=args.remainder,
+            n_layers=n_layers, out=args.out, figure=args.figure,
+        )  # fmt: skip
+    elif args.command == "quantize":
+        ptq.quantized_eval(
+            study=args.study, system=args.system, model_name=args.model_name,
+            model_dir=args.model_dir, task=args.task, data=args.data,
+            data_source=args.data_source, settings=args.settings, limit=args.limit,
+            assignment=args.assignment, recipe=args.recipe, group_size=args.group_size,
+            symmetric=args.symmetric, out=args.out, device_kind=args.device,
+        )  # fmt: skip
+
+
+PTQ_COMMANDS = {"sensitivity", "gather-sensitivity", "cluster", "quantize"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelstudy", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -66,13 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_commands(sub)
     _add_prepare_commands(sub)
     _add_eval_commands(sub)
+    _add_ptq_commands(sub)
     return parser
 
 
 def run(args: argparse.Namespace) -> None:
     from accelstudy import stages
 
-    if args.command == "check-config":
+    if args.command in PTQ_COMMANDS:
+        _run_ptq(args)
+    elif args.command == "check-config":
         from accelstudy.config import load_config
 
         config = load_config(args.configfile)
@@ -108,10 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     from accelstudy.data.sources import DataSourceError
     from accelstudy.models import ModelSourceError
+    from accelstudy.ptq.stages import SensitivityTableError
 
     try:
         run(args)
-    except (ConfigError, DataSourceError, ModelSourceError) as exc:
+    except (ConfigError, DataSourceError, ModelSourceError, SensitivityTableError) as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -96,8 +96,30 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
         _check_model(name, model, base)
     for name, task in config["tasks"].items():
         _check_task(name, task, base)
+    _check_ptq(config)
     load_system(config["system"])
     return config
+
+
+def _check_ptq(config: dict[str, Any]) -> None:
+    ptq = config["ptq"]
+    if not ptq["enabled"]:
+        return
+    for task in ptq["tasks"]:
+        if task not in config["tasks"]:
+            raise ConfigError(
+                f"config key 'ptq.tasks': task '{task}' is not configured under 'tasks'"
+            )
+    for i, bits in enumerate(ptq["bit_lists"]):
+        for model_name, model in config["models"].items():
+            layers = (
+                model.get("tiny", {}).get("layers") if model["source"] == "tiny-random" else None
+            )
+            if layers is not None and len(bits) > layers:
+                raise ConfigError(
+                    f"config key 'ptq.bit_lists.{i}': {len(bits)} clusters but model "
+                    f"'{model_name}' has only {layers} layers"
+                )
 
 
 def _check_model(name: str, model: dict[str, Any], base: Path) -> None:

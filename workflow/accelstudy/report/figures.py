@@ -35,3 +35,25 @@ def baseline_figure(records: pd.DataFrame, out: Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def sensitivity_figure(frame: pd.DataFrame, out: Path, bits: list[int]) -> Path:
+    """Fig. 1 style: sensitivity per layer, coloured by the precision it was assigned."""
+    fig, ax = plt.subplots(figsize=(10, 4))
+    palette = dict(
+        zip(
+            sorted(set(bits), reverse=True),
+            sns.color_palette("viridis", len(set(bits))),
+            strict=True,
+        )
+    )
+    sns.barplot(data=frame, x="name", y="score", hue="bits", palette=palette, dodge=False, ax=ax)
+    ax.set_xlabel("decoder layer")
+    ax.set_ylabel("sensitivity (larger = more sensitive)")
+    ax.set_title(f"Pruning sensitivity and assigned bits {bits}")
+    ax.tick_params(axis="x", rotation=90, labelsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

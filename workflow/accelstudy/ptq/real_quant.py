@@ -1,0 +1,156 @@
+"""Real quantization: weights truly stored in low precision, dequantized before the matmul.
+
+Recipes (the module swaps are plain nn.Modules, so the saved bytes are what is stored):
+- `nvidia`: 16-bit layers as float16; others int8 per group of 128 with float16 scales
+  (4-bit layers packed two per byte), dequantized on the fly (the A100 path).
+- `fp8`: BF16 for sensitive modules, FP8 (E4M3 or E5M2) for the rest. On a Gaudi (HPU)
+  this goes through Intel Neural Compressor's MEASURE then QUANTIZE flow; elsewhere the
+  same recipe stores weights as torch float8 with per-channel scales (recorded as such).
+- `bf16`: the whole model in bfloat16 (the CPU recipe: this CPU has AMX).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from accelstudy.ptq.prune import decoder_layers, layer_linears
+
+RECIPES = ("nvidia", "fp8", "bf16")
+FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+class GroupQuantLinear(nn.Module):
+    """Symmetric int8 (or int4, packed two per byte) weights with float16 group scales."""
+
+    def __init__(self, linear: nn.Linear, bits: int, group_size: int = 128):
+        super().__init__()
+        if bits not in (4, 8):
+            raise ValueError(f"real integer quantization supports 4 or 8 bits, got {bits}")
+        self.bits, self.group_size = bits, group_size
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float()
+        pad = (-self.in_features) % group_size
+        groups = F.pad(weight, (0, pad)).view(self.out_features, -1, group_size)
+        qmax = 2 ** (bits - 1) - 1
+        scale = groups.abs().amax(-1, keepdim=True) / qmax
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale).half()
+        q = torch.clamp(torch.round(groups / scale.float()), -qmax - 1, qmax).to(torch.int8)
+        q = q.view(self.out_features, -1)
+        if bits == 4:  # two signed nibbles per byte
+            q = ((q[:, 0::2] & 0x0F) | ((q[:, 1::2] & 0x0F) << 4)).to(torch.uint8)
+        self.register_buffer("qweight", q.contiguous())
+        self.register_buffer("scales", scale.squeeze(-1).contiguous())
+        self.bias = linear.bias
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        q = self.qweight
+        if self.bits == 4:
+            low = (q & 0x0F).to(torch.int8)
+            high = ((q >> 4) & 0x0F).to(torch.int8)
+            low = torch.where(low > 7, low - 16, low)
+            high = torch.where(high > 7, high - 16, high)
+            q = torch.stack([low, high], dim=-1).view(self.out_features, -1)
+        groups = q.view(self.out_features, -1, self.group_size).to(dtype)
+        weight = groups * self.scales.to(dtype)[..., None]
+        return weight.view(self.out_features, -1)[:, : self.in_features]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.dequantized(x.dtype), self.bias)
+
+
+class CastLinear(nn.Module):
+    """Weights stored in a low-precision float dtype (float16, bfloat16 or float8 with a
+    per-output-channel scale), cast to the activation dtype for the matmul."""
+
+    def __init__(self, linear: nn.Linear, dtype: torch.dtype):
+        super().__init__()
+        weight = linear.weight.detach().float()
+        if dtype in FP8_FORMATS.values():
+            fmax = torch.finfo(dtype).max
+            scale = weight.abs().amax(1, keepdim=True).clamp(min=1e-12) / fmax
+            self.register_buffer("scale", scale.float())
+            weight = weight / scale
+        else:
+            self.scale = None
+        self.register_buffer("weight", weight.to(dtype))
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight.to(x.dtype)
+        if self.scale is not None:
+            weight = weight * self.scale.to(x.dtype)
+        return F.linear(x, weight, self.bias)
+
+
+def _replace(layer: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = layer.get_submodule(parent_name) if parent_name else layer
+    setattr(parent, child, module)
+
+
+@torch.no_grad()
+def quantize_nvidia(model: nn.Module, layer_bits: dict[int, int], group_size: int = 128) -> None:
+    """16 -> float16 storage; 8 -> int8 groups; 4 -> packed int4 groups (fp16 scales)."""
+    for index, layer in enumerate(decoder_layers(model)):
+        bits = layer_bits[index]
+        for name, linear in layer_linears(layer):
+            if bits >= 16:
+                module = CastLinear(linear, torch.float16)
+            else:
+                module = GroupQuantLinear(linear, 8 if bits > 4 else 4, group_size)
+            _replace(layer, name, module)
+
+
+@torch.no_grad()
+def quantize_fp8_standin(model: nn.Module, module_dtype: dict[str, str], fp8_format: str) -> None:
+    """`module_dtype`: 'layer-07.mlp.down_proj' (or 'layer-07') -> 'bf16' | 'fp8'."""
+    fp8 = FP8_FORMATS[fp8_format]
+    for index, layer in enumerate(decoder_layers(model)):
+        for name, linear in layer_linears(layer):
+            choice = module_dtype.get(
+                f"layer-{index:02d}.{name}", module_dtype.get(f"layer-{index:02d}", "bf16")
+            )
+            _replace(layer, name, CastLinear(linear, fp8 if choice == "fp8" else torch.bfloat16))
+
+
+def quantize_fp8_inc(
+    model: nn.Module, fp8_modules: list[str], fp8_format: str, calibrate
+) -> nn.Module:
+    """Intel Neural Compressor on a Gaudi: MEASURE on calibration data, then QUANTIZE.
+
+    `fp8_modules` are the module names in the allowlist; lm_head, the final norm and the
+    embeddings are blocked. `calibrate(model)` runs representative batches.
+    """
+    from neural_compressor.torch.quantization import (
+        FP8Config,
+        convert,
+        finalize_calibration,
+        prepare,
+    )
+
+    config = FP8Config(
+        fp8_config="E4M3" if fp8_format == "e4m3" else "E5M2",
+        hp_dtype="bf16",
+        allowlist={"names": fp8_modules, "types": []},
+        blocklist={"names": ["lm_head", "model.norm", "model.embed_tokens"], "types": []},
+    )
+    model = prepare(model, config)
+    calibrate(model)
+    finalize_calibration(model)
+    return convert(model)
+
+
+def module_names(model: nn.Module, target: str) -> list[str]:
+    """Full module names of a target ('layer-07' -> its Linears; 'layer-07.mlp.up_proj')."""
+    layer_name, _, rest = target.partition(".")
+    index = int(layer_name.split("-")[1])
+    prefix = next(n for n, m in model.named_modules() if m is decoder_layers(model)[index])
+    names = [f"{prefix}.{n}" for n, _ in layer_linears(decoder_layers(model)[index])]
+    return [n for n in names if not rest or n.endswith(rest)]
+
+
+def bits_per_weight(bits: int, group_size: int = 128) -> float:
+    """Accounting of the NVIDIA recipe: FP16 = 16 bits; INT8 = 8 + 16/128 bits per weight."""
+    return 16.0 if bits >= 16 else (8 if bits > 4 else 4) + 16 / group_size

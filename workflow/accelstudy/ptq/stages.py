@@ -1,0 +1,164 @@
+"""The PTQ stages as functions: sensitivity chunk, gather, cluster, quantize-and-evaluate."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from accelstudy import device as devices
+from accelstudy.config import config_hash
+from accelstudy.data.sources import read_prepared
+from accelstudy.evaluate import evaluate_task
+from accelstudy.models import load_prepared
+from accelstudy.ptq import accounting
+from accelstudy.ptq.calibration import Calibration, choice_calibration, perplexity_calibration
+from accelstudy.ptq.clustering import assign_bits
+from accelstudy.ptq.fake_quant import fake_quantize
+from accelstudy.ptq.prune import decoder_layers, targets
+from accelstudy.ptq.real_quant import bits_per_weight, quantize_nvidia
+from accelstudy.ptq.sensitivity import scan
+from accelstudy.records import atomic_open, provenance, write_json, write_record
+
+
+class SensitivityTableError(ValueError):
+    """A sensitivity table that does not describe the model's layers."""
+
+
+def chunk_targets(all_targets: list, chunks: int, index: int) -> list:
+    """The index-th of `chunks` near-equal consecutive slices."""
+    size, extra = divmod(len(all_targets), chunks)
+    start = index * size + min(index, extra)
+    return all_targets[start : start + size + (1 if index < extra else 0)]
+
+
+def build_calibration(tokenizer, task: str, rows: list[dict], limit: int | None,
+                      settings: dict[str, Any]) -> Calibration:  # fmt: skip
+    if task == "wikitext":
+        return perplexity_calibration(
+            tokenizer, rows, settings["block_size"], settings["batch_size"], limit
+        )
+    return choice_calibration(tokenizer, task, rows, limit)
+
+
+def sensitivity_chunk(*, model_dir: Path, task: str, data: Path, limit: int | None,
+                      settings: dict[str, Any], granularity: str, family: str, sparsity: float,
+                      chunks: int, chunk: int, prefix_reuse: bool, out: Path,
+                      device_kind: str = "auto") -> dict:  # fmt: skip
+    """Prune each target of one chunk in turn; write its scores."""
+    device = devices.resolve(device_kind)
+    model, tokenizer = load_prepared(model_dir)
+    model.to(device.torch)
+    calibration = build_calibration(tokenizer, task, read_prepared(data), limit, settings)
+    all_targets = targets(model, granularity, family)
+    mine = chunk_targets(all_targets, chunks, chunk)
+    base, scores, timing = scan(model, calibration, mine, sparsity, prefix_reuse)
+    payload = {
+        "task": task, "metric": calibration.kind, "base": base, "granularity": granularity,
+        "family": family, "sparsity": sparsity, "chunk": chunk, "chunks": chunks,
+        "n_targets": len(all_targets), "prefix_reuse": prefix_reuse, "device": device.kind,
+        "scores": [s.__dict__ for s in scores], **timing,
+    }  # fmt: skip
+    write_json(out, payload)
+    return payload
+
+
+def gather_sensitivity(chunks: list[Path], out: Path) -> pd.DataFrame:
+    """Chunks -> one table (target, layer, metric, score), checked to be complete."""
+    parts = [json.loads(Path(p).read_text()) for p in chunks]
+    frame = pd.DataFrame([s for part in parts for s in part["scores"]])
+    frame.insert(0, "task", parts[0]["task"])
+    frame["base"] = parts[0]["base"]
+    frame["metric_kind"] = parts[0]["metric"]
+    if len(frame) != parts[0]["n_targets"] or frame["name"].duplicated().any():
+        raise SensitivityTableError(
+            f"sensitivity chunks hold {len(frame)} targets, expected {parts[0]['n_targets']}"
+        )
+    with atomic_open(out) as handle:
+        frame.sort_values("name").to_csv(handle, index=False)
+    return frame
+
+
+def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_layers: int,
+            out: Path, figure: Path | None = None, seed: int = 0) -> dict[str, int]:  # fmt: skip
+    """Layer -> bits from the sensitivity table; also the Fig. 1 style figure."""
+    frame = pd.read_csv(table)
+    layers = sorted(frame["layer"].unique())
+    if "." in str(frame["name"].iloc[0]):  # submodule scores: a layer's score is their sum
+        frame = frame.groupby("layer", as_index=False)["score"].sum()
+        frame["name"] = [f"layer-{i:02d}" for i in frame["layer"]]
+    if layers != list(range(n_layers)):
+        raise SensitivityTableError(
+            f"sensitivity table '{table}' covers layers {layers[:3]}..., but the model has "
+            f"{n_layers} decoder layers; re-run the sensitivity stage for this model"
+        )
+    assignment = assign_bits(
+        list(frame["name"]), list(frame["score"]), bits, method, remainder, seed
+    )
+    layer_bits = {int(name.split("-")[1]): b for name, b in assignment.items()}
+    write_json(out, {"bits": bits, "method": method, "remainder": remainder,
+                     "layer_bits": {str(k): v for k, v in sorted(layer_bits.items())}})  # fmt: skip
+    if figure is not None:
+        from accelstudy.report.figures import sensitivity_figure
+
+        sensitivity_figure(frame.assign(bits=[assignment[n] for n in frame["name"]]), figure, bits)
+    return assignment
+
+
+def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path, task: str,
+                   data: Path, data_source: str, settings: dict[str, Any], limit: int | None,
+                   assignment: Path, recipe: str, group_size: int, symmetric: bool, out: Path,
+                   device_kind: str = "auto") -> dict:  # fmt: skip
+    """Quantize the prepared model per the assignment and recipe; evaluate; write a record."""
+    started = time.perf_counter()
+    device = devices.resolve(device_kind)
+    model, tokenizer = load_prepared(model_dir)
+    spec = json.loads(Path(assignment).read_text())
+    layer_bits = {int(k): v for k, v in spec["layer_bits"].items()}
+    if len(layer_bits) != len(decoder_layers(model)):
+        raise SensitivityTableError(
+            f"assignment '{assignment}' has {len(layer_bits)} layers; the model has "
+            f"{len(decoder_layers(model))}"
+        )
+    shapes = accounting.linear_shapes(model)
+    per_layer = len(shapes) // len(layer_bits)
+    shape_bits = [(shape, layer_bits[i // per_layer]) for i, shape in enumerate(shapes)]
+    fp32_bytes = accounting.saved_bytes(model)
+    if recipe == "fake":
+        fake_quantize(model, layer_bits, group_size, symmetric)
+        stored_bytes = fp32_bytes  # simulated: weights stay FP32
+        ratio = accounting.paper_ratio(shape_bits, group_size)
+        note = "simulated: quantize-dequantize in FP32"
+    elif recipe == "nvidia":
+        quantize_nvidia(model, layer_bits, group_size)
+        stored_bytes = accounting.saved_bytes(model)
+        n = sum(s[0] * s[1] for s, _ in shape_bits)
+        ratio = 32 * n / sum(s[0] * s[1] * bits_per_weight(b, group_size) for s, b in shape_bits)
+        note = "FP16 / INT8 / packed INT4 storage, dequantized before each matmul"
+    else:
+        raise ValueError(f"unknown recipe '{recipe}'; expected fake or nvidia")
+    model.to(device.torch)
+    rows = read_prepared(data)
+    metrics, _ = evaluate_task(model, tokenizer, task, "paper", rows, settings, device, limit)
+    metrics.update(
+        compression_ratio=round(ratio, 4),
+        model_compression_ratio=round(fp32_bytes / stored_bytes, 4),
+        stored_bytes=stored_bytes,
+    )
+    bits_label = "[" + ",".join(str(b) for b in spec["bits"]) + "]"
+    parameters = {"bits": spec["bits"], "method": spec["method"], "recipe": recipe,
+                  "group_size": group_size, "symmetric": symmetric, "limit": limit,
+                  "layer_bits": spec["layer_bits"], "settings": settings, "note": note}  # fmt: skip
+    record = {
+        "stage": "quantized", "study": study, "system": system, "device": device.kind,
+        "model": model_name, "task": task, "method": f"{recipe} {bits_label}",
+        "protocol": "paper", "data_source": data_source, "parameters": parameters,
+        "metrics": metrics,
+        "provenance": provenance(config_hash(parameters), device.name(), device.kind,
+                                 time.perf_counter() - started),
+    }  # fmt: skip
+    write_record(out, record)
+    return record
