@@ -14,6 +14,7 @@ if not config:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/baseline.smk"
+include: "workflow/rules/ptq.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -56,6 +56,7 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="collect records into tables, figures and the report")
     p.add_argument("--study", required=True)
     p.add_argument("--records", type=Path, nargs="+", required=True)
+    p.add_argument("--figures", type=Path, nargs="*", default=[], help="figures to include")
     p.add_argument("--results-dir", type=Path, required=True, help="results/{study}")
 
 
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "report":
         from accelstudy.report import build_report
 
-        print(build_report(args.study, args.records, args.results_dir))
+        print(build_report(args.study, args.records, args.results_dir, args.figures))
 
 
 def main(argv: list[str] | None = None) -> int:

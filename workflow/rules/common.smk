@@ -18,8 +18,18 @@ EVAL_UNITS = [
 ]
 
 
+PTQ = config["ptq"]
+CALIBRATION_SPLIT = {"wikitext": "validation", "hellaswag": "train", "boolq": "train"}
+PTQ_TASKS = [t for t in PTQ.get("tasks", []) if PTQ["enabled"]]
+BIT_LABELS = ["-".join(str(b) for b in bits) for bits in PTQ.get("bit_lists", [])]
+
+
 wildcard_constraints:
     model="|".join(MODELS),
+    granularity="layer|layer-per-tensor|submodule",
+    bits=r"\d+(-\d+)*",
+    recipe="fake|nvidia",
+    chunk=r"\d+",
     task="|".join(TASKS),
     protocol="paper|lm-eval",
     split="train|validation|test",
@@ -69,4 +79,47 @@ def baseline_records():
     return [
         f"{RESULTS}/baseline/{model}/{task}/{protocol}.json"
         for model, task, protocol in EVAL_UNITS
+    ]
+
+
+def calibration_file(wildcards):
+    """Calibration data per STUDY.md: WikiText validation, HellaSwag/BoolQ train."""
+    return f"{RESULTS}/data/{wildcards.task}/{CALIBRATION_SPLIT[wildcards.task]}.jsonl"
+
+
+def calibration_settings(wildcards):
+    return json.dumps(relevant_settings(wildcards.task, "paper", config["evaluation"]))
+
+
+paper_settings = calibration_settings
+
+
+def calibration_limit(wildcards):
+    return PTQ["calibration_limit"][wildcards.task]
+
+
+def sensitivity_chunks(wildcards):
+    return [
+        f"{RESULTS}/ptq/{wildcards.model}/{wildcards.task}/sensitivity/"
+        f"{wildcards.granularity}/chunk-{i}.json"
+        for i in range(PTQ["chunks"])
+    ]
+
+
+def ptq_records():
+    return [
+        f"{RESULTS}/ptq/{model}/{task}/{PTQ['granularity']}/bits-{bits}/{recipe}.json"
+        for model in MODELS
+        for task in PTQ_TASKS
+        for bits in BIT_LABELS
+        for recipe in PTQ["recipes"]
+    ]
+
+
+def ptq_figures():
+    return [
+        f"{RESULTS}/ptq/{model}/{task}/{PTQ['granularity']}/bits-{bits}/sensitivity.png"
+        for model in MODELS
+        for task in PTQ_TASKS
+        for bits in BIT_LABELS[:1]
     ]

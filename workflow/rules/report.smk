@@ -3,7 +3,8 @@
 
 rule report:
     input:
-        records=baseline_records(),
+        records=baseline_records() + ptq_records(),
+        figures=ptq_figures(),
     output:
         html=f"{RESULTS}/report/index.html",
         markdown=f"{RESULTS}/report/report.md",
@@ -28,4 +29,5 @@ rule report:
         results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.html)),
     shell:
         "accelstudy report --study {params.study} --records {input.records:q} "
+        "--figures {input.figures:q} "
         "--results-dir {params.results:q} > {log:q} 2>&1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pandas as pd
 from accelstudy.records import atomic_open
 from accelstudy.report.collect import collect_records, load_published
 from accelstudy.report.figures import baseline_figure
-from accelstudy.report.tables import baseline_table
+from accelstudy.report.tables import baseline_table, table1
 
 STANDIN_NOTE = (
     "Rows whose data is 'stand-in' were measured on offline stand-ins built from Python's "
@@ -29,7 +30,28 @@ def _write_tables(records: pd.DataFrame, tables: Path) -> None:
     tmp.replace(tables / "records.parquet")
 
 
-def build_report(study: str, record_paths: Iterable[str | Path], results_dir: Path) -> Path:
+def _copy_figures(figures: Iterable[str | Path], results_dir: Path, target: Path) -> list[str]:
+    """Copy figures into the report folder, named after their path under results/{study}."""
+    names = []
+    for figure in figures:
+        figure = Path(figure)
+        try:
+            relative = figure.resolve().relative_to(results_dir.resolve())
+        except ValueError:
+            relative = Path(figure.name)
+        name = "-".join(relative.with_suffix("").parts) + figure.suffix
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(figure, target / name)
+        names.append(name)
+    return names
+
+
+def build_report(
+    study: str,
+    record_paths: Iterable[str | Path],
+    results_dir: Path,
+    figures: Iterable[str | Path] = (),
+) -> Path:
     """Build the study report from records; return the path of index.html."""
     results_dir = Path(results_dir)
     records = collect_records(record_paths)
@@ -40,6 +62,28 @@ def build_report(study: str, record_paths: Iterable[str | Path], results_dir: Pa
     figure = baseline_figure(records, report_dir / "figures" / "baseline.png")
     with atomic_open(results_dir / "tables" / "baseline.csv") as handle:
         baseline.to_csv(handle, index=False)
+    ptq = table1(records, published)
+    with atomic_open(results_dir / "tables" / "table1.csv") as handle:
+        ptq.to_csv(handle, index=False)
+    fig1 = _copy_figures(figures, results_dir, report_dir / "figures")
+    ptq_md = (
+        [
+            "## Table 1: mixed-precision PTQ beside the published numbers",
+            "",
+            ptq.to_markdown(index=False),
+            "",
+        ]
+        + [f"![sensitivity](figures/{name})" for name in fig1]
+        if len(ptq)
+        else []
+    )
+    ptq_html = (
+        "<h2>Table 1: mixed-precision PTQ beside the published numbers</h2>"
+        + ptq.to_html(index=False, border=0)
+        + "".join(f'<img src="figures/{html.escape(n)}" alt="Fig. 1" width="100%">' for n in fig1)
+        if len(ptq)
+        else ""
+    )
     has_standin = (records["data"] == "stand-in").any()
     note = STANDIN_NOTE if has_standin else ""
     commits = ", ".join(sorted(records["git_commit"].unique()))
@@ -58,6 +102,7 @@ def build_report(study: str, record_paths: Iterable[str | Path], results_dir: Pa
             "",
             f"![baseline](figures/{figure.name})",
             "",
+            *ptq_md,
         ]
     )
     page = f"""<!doctype html>
@@ -71,6 +116,7 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
 {f'<p class="note">{html.escape(note)}</p>' if note else ""}
 {baseline.to_html(index=False, border=0)}
 <img src="figures/{figure.name}" alt="baseline accuracy and throughput" width="100%">
+{ptq_html}
 <p>All records: <code>tables/records.csv</code>, <code>tables/records.parquet</code>.</p>
 </body></html>
 """

@@ -42,3 +42,42 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
             }
         )
     return pd.DataFrame(rows).sort_values(["model", "task", "protocol"]).reset_index(drop=True)
+
+
+def table1(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """Table 1: each (task, bit list, recipe) beside FP32 and the published Gaudi2/A100."""
+    quantized = records[records["stage"] == "quantized"]
+    if quantized.empty:
+        return pd.DataFrame()
+    fp32 = records[(records["stage"] == "baseline") & (records["protocol"] == "paper")]
+    pub = published[published["table"] == "table1"]
+    rows = []
+    for _, r in quantized.iterrows():
+        recipe, _, bits = r["method"].partition(" ")
+        base = fp32[(fp32["model"] == r["model"]) & (fp32["task"] == r["task"])]
+        key = bits if recipe == "fake" else "fp16-int8"
+        match = pub[(pub["task"] == r["task"]) & (pub["method"] == key)]
+        rows.append(
+            {
+                "model": r["model"],
+                "task": r["task"],
+                "data": r["data"],
+                "bits": bits,
+                "recipe": recipe,
+                "metric": r["metric"] + (" %" if r["metric"] in PERCENT_METRICS else ""),
+                "FP32": _display_value(r["metric"], base["value"].iloc[0]) if len(base) else None,
+                "ours": _display_value(r["metric"], r["value"]),
+                "compression (paper)": round(r.get("metric_compression_ratio", float("nan")), 3),
+                "compression (model bytes)": round(
+                    r.get("metric_model_compression_ratio", float("nan")), 3
+                ),
+                "tokens/s": round(r["tokens_per_s"], 1),
+                "published TinyLlama-1.1B": "; ".join(
+                    f"{v:g} ({s})" for v, s in zip(match["value"], match["system"], strict=True)
+                )
+                or "-",
+            }
+        )
+    return (
+        pd.DataFrame(rows).sort_values(["model", "task", "recipe", "bits"]).reset_index(drop=True)
+    )

@@ -1,0 +1,104 @@
+# Part 1: sensitivity-aware mixed-precision PTQ. Scatter: one sensitivity job per chunk of
+# layers; one clustering job per bit list; one quantized evaluation per (bit list, recipe).
+
+
+rule sensitivity:
+    input:
+        model=f"{RESULTS}/models/{{model}}",
+        data=calibration_file,
+    output:
+        f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}/chunk-{{chunk}}.json",
+    log:
+        f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.log",
+    conda:
+        "../../envs/cpu.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    params:
+        settings=calibration_settings,
+        limit=calibration_limit,
+        family=PTQ["family"],
+        sparsity=PTQ["sparsity"],
+        chunks=PTQ["chunks"],
+        prefix_reuse=str(PTQ["prefix_reuse"]).lower(),
+    shell:
+        "OMP_NUM_THREADS={threads} accelstudy sensitivity --model-dir {input.model:q} "
+        "--task {wildcards.task} --data {input.data:q} --limit {params.limit} "
+        "--settings {params.settings:q} --granularity {wildcards.granularity} "
+        "--family {params.family} --sparsity {params.sparsity} --chunks {params.chunks} "
+        "--chunk {wildcards.chunk} --prefix-reuse {params.prefix_reuse} "
+        "--out {output:q} > {log:q} 2>&1"
+
+
+rule gather_sensitivity:
+    input:
+        sensitivity_chunks,
+    output:
+        f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}.csv",
+    log:
+        f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-gather.log",
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "accelstudy gather-sensitivity --chunks {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule cluster:
+    input:
+        table=f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}.csv",
+        model=f"{RESULTS}/models/{{model}}",
+    output:
+        assignment=f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
+        figure=report(
+            f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/sensitivity.png",
+            caption="../report/sensitivity_figure.rst",
+            category="PTQ",
+        ),
+    log:
+        f"{RESULTS}/logs/cluster/{{model}}-{{task}}-{{granularity}}-{{bits}}.log",
+    conda:
+        "../../envs/cpu.yaml"
+    params:
+        bits=lambda wildcards: json.dumps([int(b) for b in wildcards.bits.split("-")]),
+        method=PTQ["clustering"],
+        remainder=PTQ["remainder"],
+    shell:
+        "accelstudy cluster --table {input.table:q} --bits {params.bits:q} "
+        "--method {params.method} --remainder {params.remainder} "
+        "--model-dir {input.model:q} --out {output.assignment:q} "
+        "--figure {output.figure:q} > {log:q} 2>&1"
+
+
+rule quantize:
+    input:
+        model=f"{RESULTS}/models/{{model}}",
+        data=eval_split_file,
+        assignment=f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
+    output:
+        f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
+    log:
+        f"{RESULTS}/logs/quantize/{{model}}-{{task}}-{{granularity}}-{{bits}}-{{recipe}}.log",
+    conda:
+        "../../envs/cpu.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    params:
+        study=config["study"],
+        system=config["system"],
+        settings=paper_settings,
+        limit=task_limit,
+        source=task_source,
+        group_size=PTQ["group_size"],
+        symmetric=str(PTQ["symmetric"]).lower(),
+    shell:
+        "OMP_NUM_THREADS={threads} accelstudy quantize --study {params.study} "
+        "--system {params.system} --model-name {wildcards.model} --task {wildcards.task} "
+        "--data-source {params.source} --recipe {wildcards.recipe} "
+        "--model-dir {input.model:q} --data {input.data:q} --settings {params.settings:q} "
+        "--limit {params.limit} --assignment {input.assignment:q} "
+        "--group-size {params.group_size} --symmetric {params.symmetric} "
+        "--out {output:q} > {log:q} 2>&1"
