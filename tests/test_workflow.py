@@ -16,13 +16,20 @@ pytestmark = pytest.mark.e2e
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 TINY_CONFIG = {
     "study": "tiny",
-    "models": {"tiny": {"source": "tiny-random", "tiny": {"layers": 2, "hidden": 64}}},
+    "models": {"tiny": {"source": "tiny-random", "tiny": {"layers": 4, "hidden": 64}}},
     "tasks": {
         "wikitext": {"source": "standin", "limit": 4, "protocols": ["paper"]},
         "hellaswag": {"source": "standin", "limit": 12, "protocols": ["paper", "lm-eval"]},
         "boolq": {"source": "standin", "limit": 12},
     },
     "evaluation": {"block_size": 64},
+    "ptq": {
+        "enabled": True,
+        "tasks": ["wikitext"],
+        "calibration_limit": {"wikitext": 4},
+        "chunks": 2,
+        "bit_lists": [[16, 8, 4], [8, 4]],
+    },
 }
 
 
@@ -85,6 +92,38 @@ def test_records_have_real_values(study, cpu):
     assert records["tiny/boolq/paper.json"]["metrics"]["items"] == 12
 
 
+def test_ptq_records_and_assignment(study):
+    from accelstudy.ptq.accounting import paper_ratio
+
+    base = study / "results" / "tiny"
+    table = base / "ptq" / "tiny" / "wikitext" / "sensitivity" / "layer.csv"
+    import pandas as pd
+
+    scores = pd.read_csv(table)
+    assert list(scores["name"]) == [f"layer-{i:02d}" for i in range(4)]
+    folder = base / "ptq" / "tiny" / "wikitext" / "layer" / "bits-16-8-4"
+    assignment = json.loads((folder / "assignment.json").read_text())["layer_bits"]
+    most_sensitive = scores.sort_values("score", ascending=False)["layer"].iloc[0]
+    least_sensitive = scores.sort_values("score")["layer"].iloc[0]
+    assert assignment[str(most_sensitive)] == 16 and assignment[str(least_sensitive)] == 4
+    assert sorted(assignment.values()) == [4, 4, 8, 16]  # 1/1/2: the leftover goes last
+    fp32 = json.loads((base / "baseline" / "tiny" / "wikitext" / "paper.json").read_text())
+    fake = json.loads((folder / "fake.json").read_text())
+    real = json.loads((folder / "nvidia.json").read_text())
+    hidden, inter, kv = 64, 128, 32
+    layer = [(hidden, hidden), (kv, hidden), (kv, hidden), (hidden, hidden),
+             (inter, hidden), (inter, hidden), (hidden, inter)]  # fmt: skip
+    shapes = [(s, b) for i in range(4) for s in layer for b in [assignment[str(i)]]]
+    assert fake["metrics"]["compression_ratio"] == pytest.approx(paper_ratio(shapes), abs=1e-4)
+    ppl = fp32["metrics"]["perplexity"]
+    assert fake["metrics"]["perplexity"] == pytest.approx(ppl, rel=0.05)
+    assert fake["metrics"]["perplexity"] != ppl  # 4-bit layers do change the model
+    assert real["metrics"]["model_compression_ratio"] > 1.3
+    assert real["metrics"]["perplexity"] == pytest.approx(ppl, rel=0.05)
+    report = (base / "report" / "report.md").read_text()
+    assert "Table 1" in report and "[16,8,4]" in report
+
+
 def test_report_written(study):
     report = study / "results" / "tiny" / "report"
     assert (report / "index.html").is_file() and (report / "report.md").is_file()
@@ -105,9 +144,21 @@ def test_editing_one_knob_reruns_only_what_it_affects(study):
         "baseline": 2, "report": 1, "all": 1,
     }  # fmt: skip
     config = json.loads(json.dumps(TINY_CONFIG))
-    config["evaluation"]["block_size"] = 32
+    config["ptq"]["calibration_limit"] = {"wikitext": 4}
+    config["tasks"]["boolq"]["limit"] = 11
     assert planned_jobs(snakemake(study, "-n", config=config)) == {
         "baseline": 1, "report": 1, "all": 1,
+    }  # fmt: skip
+    config = json.loads(json.dumps(TINY_CONFIG))
+    config["ptq"]["bit_lists"] = [[16, 8, 4], [8, 2]]
+    assert planned_jobs(snakemake(study, "-n", config=config)) == {
+        "cluster": 1, "quantize": 2, "report": 1, "all": 1,
+    }  # fmt: skip
+    config = json.loads(json.dumps(TINY_CONFIG))
+    config["ptq"]["sparsity"] = 0.5
+    assert planned_jobs(snakemake(study, "-n", config=config)) == {
+        "sensitivity": 2, "gather_sensitivity": 1, "cluster": 2, "quantize": 4,
+        "report": 1, "all": 1,
     }  # fmt: skip
 
 

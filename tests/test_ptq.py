@@ -1,0 +1,224 @@
+"""PTQ pieces on a tiny random Llama: real values, exact restores, published ratios."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pandas as pd
+import pytest
+import torch
+from accelstudy.config import ConfigError, validate_config
+from accelstudy.ptq.accounting import paper_ratio, saved_bytes
+from accelstudy.ptq.calibration import choice_calibration, perplexity_calibration
+from accelstudy.ptq.clustering import assign_bits, cluster_ranks, percentile_groups
+from accelstudy.ptq.fake_quant import fake_quantize, quantize_dequantize
+from accelstudy.ptq.prune import magnitude_threshold, pruned, targets
+from accelstudy.ptq.real_quant import CastLinear, GroupQuantLinear, quantize_nvidia
+from accelstudy.ptq.sensitivity import scan
+from accelstudy.ptq.stages import SensitivityTableError, chunk_targets, cluster
+
+TINYLLAMA_LAYER = [(2048, 2048), (256, 2048), (256, 2048), (2048, 2048),
+                   (5632, 2048), (5632, 2048), (2048, 5632)]  # fmt: skip
+
+
+@pytest.fixture()
+def model(tiny):
+    return copy.deepcopy(tiny[0])
+
+
+def test_layer_pruning_uses_one_threshold_and_restores_bit_identical(model):
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    target = targets(model, "layer")[1]
+    count = sum(t.numel() for t in target.tensors)
+    threshold = magnitude_threshold(target.tensors, 0.3)
+    with pruned(target, 0.3) as zeroed:
+        assert zeroed == pytest.approx(0.3 * count, abs=2)
+        for tensor in target.tensors:  # one threshold across all seven projections
+            assert (tensor[tensor != 0].abs() >= threshold).all()
+        assert not torch.equal(model.state_dict()["model.layers.1.mlp.up_proj.weight"],
+                               before["model.layers.1.mlp.up_proj.weight"])  # fmt: skip
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+def test_per_tensor_variant_prunes_each_tensor_and_norms(model):
+    target = targets(model, "layer-per-tensor")[0]
+    assert len(target.tensors) == 7 + 2  # seven projections + two RMSNorm weights
+    with pruned(target, 0.5):
+        for tensor in target.tensors[:7]:  # norm weights start at 1.0: nothing is below
+            assert (tensor == 0).float().mean() == pytest.approx(0.5, abs=0.02)
+
+
+@pytest.mark.parametrize(("family", "count"), [("mlp", 3), ("attn", 4), ("all", 7)])
+def test_submodule_targets_by_family(model, family, count):
+    found = targets(model, "submodule", family)
+    assert len(found) == count * model.config.num_hidden_layers
+    assert all(t.name.startswith("layer-") and len(t.tensors) == 1 for t in found)
+
+
+def test_unknown_granularity_and_family(model):
+    with pytest.raises(ValueError, match="unknown granularity 'block'"):
+        targets(model, "block")
+    with pytest.raises(ValueError, match="unknown family 'ffn'"):
+        targets(model, "submodule", "ffn")
+
+
+@pytest.mark.parametrize("task", ["wikitext", "hellaswag"])
+def test_prefix_reuse_equals_naive_scan(model, standin, task):
+    from accelstudy.models import train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer(512)
+    if task == "wikitext":
+        calibration = perplexity_calibration(tokenizer, standin["wikitext"], 64, 4, 8)
+    else:
+        calibration = choice_calibration(tokenizer, "hellaswag", standin["hellaswag"], 12)
+    all_targets = targets(model, "layer")
+    base_fast, fast, _ = scan(model, calibration, all_targets, 0.3, prefix_reuse=True)
+    base_slow, slow, _ = scan(model, calibration, all_targets, 0.3, prefix_reuse=False)
+    assert base_fast == pytest.approx(base_slow, rel=1e-5)
+    for a, b in zip(fast, slow, strict=True):
+        assert a.metric == pytest.approx(b.metric, rel=1e-5)
+        if task == "wikitext":
+            assert a.score == pytest.approx(a.metric - base_fast)
+        else:
+            assert a.score == pytest.approx(base_fast - a.metric)
+
+
+def test_percentile_groups_remainder():
+    assert percentile_groups(22, 3, "last") == [7, 7, 8]
+    assert percentile_groups(22, 3, "first") == [8, 7, 7]
+    with pytest.raises(ValueError, match="more clusters"):
+        percentile_groups(2, 3)
+
+
+def test_percentile_assigns_most_sensitive_the_first_bits():
+    names = [f"layer-{i:02d}" for i in range(7)]
+    scores = [0.1, 5.0, -0.2, 3.0, 0.0, 2.0, 1.0]
+    bits = assign_bits(names, scores, [16, 8, 4], "percentile")
+    # descending: 5.0, 3.0 | 2.0, 1.0 | 0.1, 0.0, -0.2 (the leftover goes last)
+    assert bits == {"layer-01": 16, "layer-03": 16, "layer-05": 8, "layer-06": 8,
+                    "layer-00": 4, "layer-04": 4, "layer-02": 4}  # fmt: skip
+
+
+def test_kmeans_ranks_by_cluster_mean_and_median_split():
+    scores = [10.0, 10.2, 5.0, 5.1, 0.0, 0.1]
+    assert cluster_ranks(scores, 3, "kmeans") == [0, 0, 1, 1, 2, 2]
+    assert cluster_ranks(scores, 2, "median") == [0, 0, 1, 0, 1, 1]  # median 5.05
+
+
+def test_symmetric_fake_quant_values():
+    weight = torch.tensor([[1.0, -0.6, 0.25, 0.1]])
+    # scale = 1/7 for 4 bits: round(w*7)/7
+    expected = torch.round(weight * 7) / 7
+    assert torch.allclose(quantize_dequantize(weight, 4, group_size=4), expected)
+    assert torch.allclose(quantize_dequantize(weight, 16, group_size=4), weight, atol=1e-4)
+
+
+def test_fake_quant_pads_groups_and_asymmetric_range():
+    weight = torch.randn(3, 130)
+    deq = quantize_dequantize(weight, 8, group_size=128)
+    assert deq.shape == weight.shape
+    assert (deq - weight).abs().max() <= weight.abs().max() / 127
+    asym = quantize_dequantize(weight, 3, group_size=128, symmetric=False)
+    assert len(torch.unique(asym[0, :128])) <= 8
+    with pytest.raises(ValueError, match=r"bits must be in 2\.\.16"):
+        quantize_dequantize(weight, 1)
+
+
+def test_fake_quantize_touches_decoder_linears_only(model):
+    head = model.lm_head.weight.clone()
+    changed = fake_quantize(model, {i: 4 for i in range(model.config.num_hidden_layers)}, 32)
+    assert changed == 7 * model.config.num_hidden_layers
+    assert torch.equal(model.lm_head.weight, head)
+    weight = model.model.layers[0].mlp.up_proj.weight
+    assert len(torch.unique(weight[0, :32])) <= 16
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_real_int_quant_matches_fake_quant_and_is_smaller(bits):
+    linear = torch.nn.Linear(200, 6, bias=False)
+    real = GroupQuantLinear(linear, bits, group_size=64)
+    fake = quantize_dequantize(linear.weight, bits, group_size=64)
+    assert torch.allclose(real.dequantized(torch.float32), fake, atol=2e-3)
+    assert real.qweight.dtype == (torch.int8 if bits == 8 else torch.uint8)
+    assert real.qweight.numel() == 6 * 256 // (1 if bits == 8 else 2)
+    x = torch.randn(2, 200)
+    assert torch.allclose(real(x), x @ fake.T, atol=2e-2)
+
+
+def test_nvidia_recipe_stores_fewer_bytes(model):
+    before = saved_bytes(model)
+    quantize_nvidia(model, {0: 16, 1: 4}, group_size=32)
+    layers = model.model.layers
+    assert isinstance(layers[0].self_attn.q_proj, CastLinear)
+    assert layers[0].self_attn.q_proj.weight.dtype == torch.float16
+    assert isinstance(layers[1].mlp.down_proj, GroupQuantLinear)
+    assert layers[1].mlp.down_proj.bits == 4
+    assert saved_bytes(model) < before
+    with torch.inference_mode():
+        assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+
+
+@pytest.mark.parametrize(
+    ("bits", "sizes", "expected"),
+    [([16, 8, 4], [7, 7, 8], 3.472), ([8, 8, 4], [7, 7, 8], 4.797), ([8, 4, 4], [7, 7, 8], 5.928),
+     ([16, 8, 4], [8, 7, 7], 3.28), ([8, 8, 4], [8, 7, 7], 4.67), ([8, 4, 4], [8, 7, 7], 5.74)],
+)  # fmt: skip
+def test_published_compression_ratios_for_tinyllama_shapes(bits, sizes, expected):
+    layer_bits = [b for b, n in zip(bits, sizes, strict=True) for _ in range(n)]
+    shapes = [(shape, b) for b in layer_bits for shape in TINYLLAMA_LAYER]
+    assert round(paper_ratio(shapes, 128), 3 if expected * 1000 % 10 else 2) == expected
+
+
+def test_chunks_cover_every_target_once():
+    items = list(range(30))
+    parts = [chunk_targets(items, 4, i) for i in range(4)]
+    assert [x for p in parts for x in p] == items and [len(p) for p in parts] == [8, 8, 7, 7]
+
+
+def test_sensitivity_table_that_does_not_match_the_model(tmp_path):
+    table = tmp_path / "s.csv"
+    pd.DataFrame({"name": ["layer-00", "layer-01"], "layer": [0, 1], "score": [1.0, 2.0]}).to_csv(
+        table
+    )
+    with pytest.raises(SensitivityTableError, match="the model has 4 decoder layers"):
+        cluster(table=table, bits=[8, 4], method="percentile", remainder="last", n_layers=4,
+                out=tmp_path / "a.json")  # fmt: skip
+    cluster(table=table, bits=[8, 4], method="percentile", remainder="last", n_layers=2,
+            out=tmp_path / "a.json", figure=tmp_path / "f.png")  # fmt: skip
+    assert json.loads((tmp_path / "a.json").read_text())["layer_bits"] == {"0": 4, "1": 8}
+    assert (tmp_path / "f.png").stat().st_size > 5000
+
+
+PTQ_GOOD = {
+    "study": "t",
+    "models": {"tiny": {"source": "tiny-random", "tiny": {"layers": 2}}},
+    "tasks": {"boolq": {"source": "standin"}},
+    "ptq": {"enabled": True, "tasks": ["boolq"], "bit_lists": [[8, 4]]},
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("bit_lists", [[16, 8, 1]], "'ptq.bit_lists.0.2': 1 is less than the minimum of 2"),
+        ("bit_lists", [[32, 8]], "'ptq.bit_lists.0.0': 32 is greater than the maximum of 16"),
+        ("group_size", 0, "'ptq.group_size': 0 is less than the minimum of 1"),
+        ("group_size", 12.5, "'ptq.group_size': expected integer"),
+        (
+            "bit_lists",
+            [[8, 4, 2]],
+            "'ptq.bit_lists.0': 3 clusters but model 'tiny' has only 2 layers",
+        ),
+        ("granularity", "block", "'ptq.granularity': 'block' is not one of"),
+        ("family", "ffn", "'ptq.family': 'ffn' is not one of"),
+        ("tasks", ["wikitext"], "'ptq.tasks': task 'wikitext' is not configured"),
+    ],
+)
+def test_bad_ptq_config(path, value, message):
+    config = copy.deepcopy(PTQ_GOOD)
+    config["ptq"][path] = value
+    with pytest.raises(ConfigError) as error:
+        validate_config(config)
+    assert message in str(error.value)
