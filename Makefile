@@ -36,6 +36,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/multiple_choice.py
 	$(BIN)/python bench/perplexity.py
+	$(BIN)/python bench/prefix_reuse.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -96,6 +96,8 @@ def _add_ptq_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--assignment", type=Path, required=True)
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--symmetric", type=_json, default=True)
+    p.add_argument("--calibration", type=Path, help="calibration split (FP8 MEASURE pass)")
+    p.add_argument("--fp8-format", default="e4m3", choices=["e4m3", "e5m2"])
     p.add_argument("--device", default="auto")
     p.add_argument("--out", type=Path, required=True)
 
@@ -129,6 +131,7 @@ def _run_ptq(args: argparse.Namespace) -> None:
             data_source=args.data_source, settings=args.settings, limit=args.limit,
             assignment=args.assignment, recipe=args.recipe, group_size=args.group_size,
             symmetric=args.symmetric, out=args.out, device_kind=args.device,
+            calibration=args.calibration, fp8_format=args.fp8_format,
         )  # fmt: skip
 
 

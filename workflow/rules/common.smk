@@ -28,7 +28,7 @@ wildcard_constraints:
     model="|".join(MODELS),
     granularity="layer|layer-per-tensor|submodule",
     bits=r"\d+(-\d+)*",
-    recipe="fake|nvidia",
+    recipe="fake|nvidia|fp8|bf16",
     chunk=r"\d+",
     task="|".join(TASKS),
     protocol="paper|lm-eval",

@@ -76,6 +76,7 @@ rule quantize:
         model=f"{RESULTS}/models/{{model}}",
         data=eval_split_file,
         assignment=f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
+        calibration=calibration_file,
     output:
         f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
     log:
@@ -101,4 +102,5 @@ rule quantize:
         "--model-dir {input.model:q} --data {input.data:q} --settings {params.settings:q} "
         "--limit {params.limit} --assignment {input.assignment:q} "
         "--group-size {params.group_size} --symmetric {params.symmetric} "
+        "--calibration {input.calibration:q} --fp8-format {params.fp8_format} "
         "--out {output:q} > {log:q} 2>&1"

@@ -11,6 +11,8 @@ Recipes (the module swaps are plain nn.Modules, so the saved bytes are what is s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -115,13 +117,22 @@ def quantize_fp8_standin(model: nn.Module, module_dtype: dict[str, str], fp8_for
             _replace(layer, name, CastLinear(linear, fp8 if choice == "fp8" else torch.bfloat16))
 
 
-def quantize_fp8_inc(
-    model: nn.Module, fp8_modules: list[str], fp8_format: str, calibrate
-) -> nn.Module:
-    """Intel Neural Compressor on a Gaudi: MEASURE on calibration data, then QUANTIZE.
+FP8_BLOCKLIST = ["lm_head", "model.norm", "model.embed_tokens"]
 
-    `fp8_modules` are the module names in the allowlist; lm_head, the final norm and the
-    embeddings are blocked. `calibrate(model)` runs representative batches.
+
+def quantize_fp8_inc(
+    load_model: Callable[[], nn.Module],
+    fp8_modules: list[str],
+    fp8_format: str,
+    calibrate: Callable[[nn.Module], None],
+    stats_dir: str,
+) -> nn.Module:
+    """Intel Neural Compressor's two-pass FP8 flow on a Gaudi.
+
+    MEASURE: prepare a BF16 model, run `calibrate` on representative data, save the
+    statistics (device specific) under `stats_dir`. QUANTIZE: convert a fresh BF16 model with
+    those statistics. Only `fp8_modules` are in the allowlist; lm_head, the final norm and the
+    embeddings are blocked, so they stay BF16.
     """
     from neural_compressor.torch.quantization import (
         FP8Config,
@@ -130,16 +141,18 @@ def quantize_fp8_inc(
         prepare,
     )
 
-    config = FP8Config(
-        fp8_config="E4M3" if fp8_format == "e4m3" else "E5M2",
-        hp_dtype="bf16",
-        allowlist={"names": fp8_modules, "types": []},
-        blocklist={"names": ["lm_head", "model.norm", "model.embed_tokens"], "types": []},
-    )
-    model = prepare(model, config)
-    calibrate(model)
-    finalize_calibration(model)
-    return convert(model)
+    common = {
+        "fp8_config": "E4M3" if fp8_format == "e4m3" else "E5M2",
+        "hp_dtype": "bf16",
+        "dump_stats_path": f"{stats_dir}/inc",
+        "allowlist": {"names": list(fp8_modules), "types": []},
+        "blocklist": {"names": FP8_BLOCKLIST, "types": []},
+    }
+    measured = prepare(load_model(), FP8Config(mode="MEASURE", observer="maxabs", **common))
+    calibrate(measured)
+    finalize_calibration(measured)
+    del measured
+    return convert(load_model(), FP8Config(mode="QUANTIZE", scale_method="maxabs_hw", **common))
 
 
 def module_names(model: nn.Module, target: str) -> list[str]:

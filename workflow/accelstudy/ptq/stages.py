@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 from accelstudy import device as devices
 from accelstudy.config import config_hash
@@ -19,9 +20,17 @@ from accelstudy.ptq.calibration import Calibration, choice_calibration, perplexi
 from accelstudy.ptq.clustering import assign_bits
 from accelstudy.ptq.fake_quant import fake_quantize
 from accelstudy.ptq.prune import decoder_layers, targets
-from accelstudy.ptq.real_quant import bits_per_weight, quantize_nvidia
+from accelstudy.ptq.real_quant import (
+    bits_per_weight,
+    module_names,
+    quantize_fp8_inc,
+    quantize_fp8_standin,
+    quantize_nvidia,
+)
 from accelstudy.ptq.sensitivity import scan
 from accelstudy.records import atomic_open, provenance, write_json, write_record
+
+RECIPE_NAMES = ("fake", "nvidia", "fp8", "bf16")
 
 
 class SensitivityTableError(ValueError):
@@ -111,7 +120,8 @@ def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_laye
 def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path, task: str,
                    data: Path, data_source: str, settings: dict[str, Any], limit: int | None,
                    assignment: Path, recipe: str, group_size: int, symmetric: bool, out: Path,
-                   device_kind: str = "auto") -> dict:  # fmt: skip
+                   device_kind: str = "auto", calibration: Path | None = None,
+                   fp8_format: str = "e4m3") -> dict:  # fmt: skip
     """Quantize the prepared model per the assignment and recipe; evaluate; write a record."""
     started = time.perf_counter()
     device = devices.resolve(device_kind)
@@ -138,8 +148,42 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
         n = sum(s[0] * s[1] for s, _ in shape_bits)
         ratio = 32 * n / sum(s[0] * s[1] * bits_per_weight(b, group_size) for s, b in shape_bits)
         note = "FP16 / INT8 / packed INT4 storage, dequantized before each matmul"
+    elif recipe == "fp8":
+        # the Gaudi recipe: the most sensitive cluster (bits >= 16) in BF16, the rest in FP8
+        fp8_layers = [i for i, b in layer_bits.items() if b < 16]
+        n_fp8 = sum(s[0] * s[1] for s, b in shape_bits if b < 16)
+        n = sum(s[0] * s[1] for s, _ in shape_bits)
+        ratio = 32 * n / (16 * (n - n_fp8) + 8 * n_fp8)
+        if device.kind == "hpu":
+            names = [m for i in fp8_layers for m in module_names(model, f"layer-{i:02d}")]
+            batches = build_calibration(
+                tokenizer, task, read_prepared(calibration), 512, settings
+            ).batches
+
+            def calibrate(prepared_model):
+                for batch in batches:
+                    prepared_model(batch.to(device.torch))
+                    device.mark_step()
+
+            def fresh_bf16():
+                return load_prepared(model_dir, dtype=torch.bfloat16)[0].to(device.torch)
+
+            model = quantize_fp8_inc(fresh_bf16, names, fp8_format, calibrate, str(out.parent))
+            note = f"Intel Neural Compressor FP8 ({fp8_format}) MEASURE + QUANTIZE on HPU"
+        else:
+            quantize_fp8_standin(
+                model, {f"layer-{i:02d}": "fp8" if i in fp8_layers else "bf16" for i in layer_bits},
+                fp8_format,
+            )  # fmt: skip
+            note = f"stand-in: torch float8 ({fp8_format}) weights with per-channel scales; no HPU"
+        stored_bytes = accounting.saved_bytes(model)
+    elif recipe == "bf16":
+        model.to(torch.bfloat16)
+        stored_bytes = accounting.saved_bytes(model)
+        ratio = 2.0
+        note = "whole model in bfloat16 (the CPU recipe)"
     else:
-        raise ValueError(f"unknown recipe '{recipe}'; expected fake or nvidia")
+        raise ValueError(f"unknown recipe '{recipe}'; expected one of {RECIPE_NAMES}")
     model.to(device.torch)
     rows = read_prepared(data)
     metrics, _ = evaluate_task(model, tokenizer, task, "paper", rows, settings, device, limit)
@@ -150,6 +194,7 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
     )
     bits_label = "[" + ",".join(str(b) for b in spec["bits"]) + "]"
     parameters = {"bits": spec["bits"], "method": spec["method"], "recipe": recipe,
+                  "fp8_format": fp8_format if recipe == "fp8" else None,
                   "group_size": group_size, "symmetric": symmetric, "limit": limit,
                   "layer_bits": spec["layer_bits"], "settings": settings, "note": note}  # fmt: skip
     record = {

@@ -55,7 +55,7 @@ def table1(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     for _, r in quantized.iterrows():
         recipe, _, bits = r["method"].partition(" ")
         base = fp32[(fp32["model"] == r["model"]) & (fp32["task"] == r["task"])]
-        key = bits if recipe == "fake" else "fp16-int8"
+        key = {"fake": bits, "nvidia": "fp16-int8", "fp8": "bf16-fp8"}.get(recipe, "-")
         match = pub[(pub["task"] == r["task"]) & (pub["method"] == key)]
         rows.append(
             {

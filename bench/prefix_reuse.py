@@ -1,0 +1,49 @@
+"""Sensitivity scan with prefix reuse vs. the naive scan (a full forward per layer).
+
+Both scan every decoder layer of the model on the same WikiText calibration blocks, in this
+run; prints the time ratio (target <= 0.6) and the largest relative score difference.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from accelstudy.data.standin import standin_rows
+from accelstudy.ptq.calibration import perplexity_calibration
+from accelstudy.ptq.prune import targets
+from accelstudy.ptq.sensitivity import scan
+from common import load_model, parse_args, set_threads
+
+
+def main() -> int:
+    args = parse_args(__doc__)
+    set_threads(args.threads)
+    model, tokenizer = load_model(args.tiny)
+    calibration = perplexity_calibration(
+        tokenizer, standin_rows("wikitext", "validation"), 512, 4, 4
+    )
+    all_targets = targets(model, "layer")
+    timings, results = {}, {}
+    for name, reuse in (("prefix", True), ("naive", False)):
+        start = time.perf_counter()
+        results[name] = scan(model, calibration, all_targets, 0.3, prefix_reuse=reuse)
+        timings[name] = time.perf_counter() - start
+    worst = max(
+        abs(a.metric - b.metric) / abs(b.metric)
+        for a, b in zip(results["prefix"][1], results["naive"][1], strict=True)
+    )
+    ratio = timings["prefix"] / timings["naive"]
+    print(
+        f"layers={len(all_targets)} tokens={calibration.tokens} prefix={timings['prefix']:.1f}s "
+        f"naive={timings['naive']:.1f}s ratio={ratio:.2f} (target <= 0.6) "
+        f"max relative metric difference={worst:.1e}"
+    )
+    return 0 if ratio <= 0.6 and worst <= 1e-5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
