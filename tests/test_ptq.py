@@ -305,3 +305,16 @@ def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
     if recipe == "fp8":
         assert metrics["compression_ratio"] == pytest.approx(32 * 2 / (16 + 8), rel=0.01)
         assert "stand-in" in record["parameters"]["note"]
+
+
+def test_fp8_without_hpu_stops_when_asked(tmp_path):
+    from accelstudy.ptq.stages import RecipeDeviceError, quantized_eval
+
+    with pytest.raises(RecipeDeviceError, match="set ptq.fp8_without_hpu: standin"):
+        quantized_eval(
+            study="t", system="cpu", model_name="m", model_dir=tmp_path, task="wikitext",
+            data=tmp_path, data_source="standin", settings={}, limit=1,
+            assignment=tmp_path, recipe="fp8", group_size=128, symmetric=True,
+            out=tmp_path / "r.json", device_kind="cpu", fp8_without_hpu="error",
+        )  # fmt: skip
+    assert not (tmp_path / "r.json").exists()

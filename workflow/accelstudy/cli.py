@@ -98,6 +98,7 @@ def _add_ptq_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--symmetric", type=_json, default=True)
     p.add_argument("--calibration", type=Path, help="calibration split (FP8 MEASURE pass)")
     p.add_argument("--fp8-format", default="e4m3", choices=["e4m3", "e5m2"])
+    p.add_argument("--fp8-without-hpu", default="standin", choices=["standin", "error"])
     p.add_argument("--device", default="auto")
     p.add_argument("--out", type=Path, required=True)
 
@@ -132,6 +133,7 @@ def _run_ptq(args: argparse.Namespace) -> None:
             assignment=args.assignment, recipe=args.recipe, group_size=args.group_size,
             symmetric=args.symmetric, out=args.out, device_kind=args.device,
             calibration=args.calibration, fp8_format=args.fp8_format,
+            fp8_without_hpu=args.fp8_without_hpu,
         )  # fmt: skip
 
 
@@ -190,11 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     from accelstudy.data.sources import DataSourceError
     from accelstudy.models import ModelSourceError
-    from accelstudy.ptq.stages import SensitivityTableError
+    from accelstudy.ptq.stages import RecipeDeviceError, SensitivityTableError
 
     try:
         run(args)
-    except (ConfigError, DataSourceError, ModelSourceError, SensitivityTableError) as exc:
+    except (
+        ConfigError,
+        DataSourceError,
+        ModelSourceError,
+        SensitivityTableError,
+        RecipeDeviceError,
+    ) as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -103,4 +103,5 @@ rule quantize:
         "--limit {params.limit} --assignment {input.assignment:q} "
         "--group-size {params.group_size} --symmetric {params.symmetric} "
         "--calibration {input.calibration:q} --fp8-format {params.fp8_format} "
+        "--fp8-without-hpu {params.fp8_without_hpu} "
         "--out {output:q} > {log:q} 2>&1"

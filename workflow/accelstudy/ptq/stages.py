@@ -37,6 +37,10 @@ class SensitivityTableError(ValueError):
     """A sensitivity table that does not describe the model's layers."""
 
 
+class RecipeDeviceError(ValueError):
+    """A real-quantization recipe asked of a device that cannot run it."""
+
+
 def chunk_targets(all_targets: list, chunks: int, index: int) -> list:
     """The index-th of `chunks` near-equal consecutive slices."""
     size, extra = divmod(len(all_targets), chunks)
@@ -121,10 +125,15 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
                    data: Path, data_source: str, settings: dict[str, Any], limit: int | None,
                    assignment: Path, recipe: str, group_size: int, symmetric: bool, out: Path,
                    device_kind: str = "auto", calibration: Path | None = None,
-                   fp8_format: str = "e4m3") -> dict:  # fmt: skip
+                   fp8_format: str = "e4m3", fp8_without_hpu: str = "standin") -> dict:  # fmt: skip
     """Quantize the prepared model per the assignment and recipe; evaluate; write a record."""
     started = time.perf_counter()
     device = devices.resolve(device_kind)
+    if recipe == "fp8" and device.kind != "hpu" and fp8_without_hpu == "error":
+        raise RecipeDeviceError(
+            f"recipe 'fp8' needs Intel Neural Compressor on an HPU, but the device is "
+            f"'{device.kind}'; set ptq.fp8_without_hpu: standin to run the float8 stand-in"
+        )
     model, tokenizer = load_prepared(model_dir)
     spec = json.loads(Path(assignment).read_text())
     layer_bits = {int(k): v for k, v in spec["layer_bits"].items()}
