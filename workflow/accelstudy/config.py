@@ -111,6 +111,11 @@ def _check_ptq(config: dict[str, Any]) -> None:
                 f"config key 'ptq.tasks': task '{task}' is not configured under 'tasks'"
             )
     for i, bits in enumerate(ptq["bit_lists"]):
+        if ptq["clustering"] == "median" and len(bits) != 2:
+            raise ConfigError(
+                f"config key 'ptq.bit_lists.{i}': the median split needs exactly two "
+                f"precisions (e.g. [16, 8]), got {bits}"
+            )
         for model_name, model in config["models"].items():
             layers = (
                 model.get("tiny", {}).get("layers") if model["source"] == "tiny-random" else None

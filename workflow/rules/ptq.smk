@@ -95,6 +95,12 @@ rule quantize:
         source=task_source,
         group_size=PTQ["group_size"],
         symmetric=str(PTQ["symmetric"]).lower(),
+        fp8_format=lambda wildcards: (
+            PTQ["fp8_format"] if wildcards.recipe == "fp8" else "e4m3"
+        ),
+        fp8_without_hpu=lambda wildcards: (
+            PTQ["fp8_without_hpu"] if wildcards.recipe == "fp8" else "standin"
+        ),
     shell:
         "OMP_NUM_THREADS={threads} accelstudy quantize --study {params.study} "
         "--system {params.system} --model-name {wildcards.model} --task {wildcards.task} "

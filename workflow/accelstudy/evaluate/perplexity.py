@@ -34,14 +34,24 @@ def paper_blocks(
     return torch.tensor(ids[: n_blocks * block_size]).view(n_blocks, block_size)
 
 
+def shifted_cross_entropy(logits: torch.Tensor, batch: torch.Tensor) -> tuple[float, int]:
+    """Summed next-token cross-entropy of (B, T, V) logits and the number of targets.
+
+    The last position of each row gets an ignored target instead of slicing the logits,
+    which would copy the whole (B, T-1, V) tensor.
+    """
+    ignore = torch.full_like(batch[:, :1], -100)
+    targets = torch.cat([batch[:, 1:], ignore], dim=1)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1).float(), targets.flatten(), reduction="sum", ignore_index=-100
+    )
+    return float(loss), batch[:, 1:].numel()
+
+
 @torch.inference_mode()
 def block_loss(model: torch.nn.Module, batch: torch.Tensor) -> tuple[float, int]:
     """Summed next-token cross-entropy over a batch of blocks and the number of targets."""
-    logits = model(batch).logits
-    loss = F.cross_entropy(
-        logits[:, :-1].flatten(0, 1).float(), batch[:, 1:].flatten(), reduction="sum"
-    )
-    return float(loss), batch[:, 1:].numel()
+    return shifted_cross_entropy(model(batch).logits, batch)
 
 
 def perplexity_paper(

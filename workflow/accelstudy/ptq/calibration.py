@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
 from accelstudy.evaluate.multiple_choice import decide, tokenize_request
-from accelstudy.evaluate.perplexity import paper_blocks
+from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceRequest
 from accelstudy.evaluate.scoring import Score
 
@@ -37,10 +37,7 @@ class Calibration:
         """(summed loss, count) for perplexity; (correct, 1) for accuracy."""
         batch = self.batches[index]
         if self.kind == "perplexity":
-            loss = F.cross_entropy(
-                logits[:, :-1].flatten(0, 1).float(), batch[:, 1:].flatten(), reduction="sum"
-            )
-            return float(loss), batch[:, 1:].numel()
+            return shifted_cross_entropy(logits, batch.to(logits.device))
         logprobs = F.log_softmax(logits.float(), dim=-1)
         scores = []
         for row, (start, cont) in enumerate(self.layouts[index]):
