@@ -116,11 +116,7 @@ def _run_ptq(args: argparse.Namespace) -> None:
     elif args.command == "gather-sensitivity":
         ptq.gather_sensitivity(args.chunks, args.out)
     elif args.command == "cluster":
-        import json as _json_module
-
-        n_layers = _json_module.loads((args.model_dir / "config.json").read_text())[
-            "num_hidden_layers"
-        ]
+        n_layers = json.loads((args.model_dir / "config.json").read_text())["num_hidden_layers"]
         ptq.cluster(
             table=args.table, bits=args.bits, method=args.method, remainder=args.remainder,
             n_layers=n_layers, out=args.out, figure=args.figure,

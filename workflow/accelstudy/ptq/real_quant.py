@@ -19,7 +19,6 @@ from torch import nn
 
 from accelstudy.ptq.prune import decoder_layers, layer_linears
 
-RECIPES = ("nvidia", "fp8", "bf16")
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
