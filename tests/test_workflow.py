@@ -169,3 +169,16 @@ def test_bad_config_fails_before_any_job(tmp_path):
     assert result.returncode != 0
     assert "config key 'tasks.boolq.protocols.0': 'harness' is not one of" in result.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_paper_study_plans_the_published_setup(tmp_path):
+    """config/paper.yaml: 3 tasks x 2 protocols, 22 sensitivity jobs per task, 3 bit lists x
+    3 recipes per task; planned without a network or a GPU."""
+    cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
+           str(ROOT / "config" / "paper.yaml"), "-n"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert planned_jobs(result) == {
+        "prepare_data": 6, "prepare_model": 1, "baseline": 6, "sensitivity": 66,
+        "gather_sensitivity": 3, "cluster": 9, "quantize": 27, "report": 1, "all": 1,
+    }  # fmt: skip
