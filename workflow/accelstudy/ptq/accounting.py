@@ -6,6 +6,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 
 from safetensors.torch import save_file
 from torch import nn
@@ -51,5 +52,6 @@ def linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
     ]
 
 
-def fp32_bytes(model: nn.Module) -> int:
-    return sum(t.numel() * 4 for t in {id(p): p for p in model.parameters()}.values())
+def prepared_bytes(model_dir: Path) -> int:
+    """Bytes of the prepared (FP32) model's safetensors files: the uncompressed reference."""
+    return sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))

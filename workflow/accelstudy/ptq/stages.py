@@ -145,7 +145,7 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
     shapes = accounting.linear_shapes(model)
     per_layer = len(shapes) // len(layer_bits)
     shape_bits = [(shape, layer_bits[i // per_layer]) for i, shape in enumerate(shapes)]
-    fp32_bytes = accounting.saved_bytes(model)
+    fp32_bytes = accounting.prepared_bytes(model_dir)
     if recipe == "fake":
         fake_quantize(model, layer_bits, group_size, symmetric)
         stored_bytes = fp32_bytes  # simulated: weights stay FP32
