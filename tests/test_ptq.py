@@ -12,7 +12,7 @@ from accelstudy.config import ConfigError, validate_config
 from accelstudy.ptq.accounting import paper_ratio, saved_bytes
 from accelstudy.ptq.calibration import choice_calibration, perplexity_calibration
 from accelstudy.ptq.clustering import assign_bits, cluster_ranks, percentile_groups
-from accelstudy.ptq.fake_quant import fake_quantize, quantize_dequantize
+from accelstudy.ptq.fake_quant import fake_quantize, layer_map, quantize_dequantize
 from accelstudy.ptq.prune import magnitude_threshold, pruned, targets
 from accelstudy.ptq.real_quant import CastLinear, GroupQuantLinear, quantize_nvidia
 from accelstudy.ptq.sensitivity import scan
@@ -128,7 +128,9 @@ def test_fake_quant_pads_groups_and_asymmetric_range():
 
 def test_fake_quantize_touches_decoder_linears_only(model):
     head = model.lm_head.weight.clone()
-    changed = fake_quantize(model, {i: 4 for i in range(model.config.num_hidden_layers)}, 32)
+    changed = fake_quantize(
+        model, layer_map({i: 4 for i in range(model.config.num_hidden_layers)}, model), 32
+    )
     assert changed == 7 * model.config.num_hidden_layers
     assert torch.equal(model.lm_head.weight, head)
     weight = model.model.layers[0].mlp.up_proj.weight
@@ -154,7 +156,7 @@ def test_real_int_quant_matches_fake_quant_and_is_smaller(bits):
 
 def test_nvidia_recipe_stores_fewer_bytes(model):
     before = saved_bytes(model)
-    quantize_nvidia(model, {0: 16, 1: 4}, group_size=32)
+    quantize_nvidia(model, layer_map({0: 16, 1: 4}, model), group_size=32)
     layers = model.model.layers
     assert isinstance(layers[0].self_attn.q_proj, CastLinear)
     assert layers[0].self_attn.q_proj.weight.dtype == torch.float16
@@ -332,3 +334,39 @@ def test_median_split_needs_two_precisions():
         validate_config(config)
     config["ptq"]["bit_lists"] = [[16, 8]]
     assert validate_config(config)["ptq"]["clustering"] == "median"
+
+
+def test_submodule_median_split_gives_a_module_map_for_fp8(tiny, tmp_path):
+    """The real Gaudi path: MLP submodule scores, median split -> BF16 / FP8 per module."""
+    from accelstudy.data.sources import prepare_split
+    from accelstudy.models import save_prepared
+    from accelstudy.ptq.stages import quantized_eval
+    from accelstudy.records import read_record
+
+    model, tokenizer = tiny
+    save_prepared(model, tokenizer, tmp_path / "model")
+    prepare_split("wikitext", {"source": "standin"}, "test", tmp_path / "test.jsonl")
+    names = [t.name for t in targets(model, "submodule", "mlp")]
+    table = tmp_path / "s.csv"
+    pd.DataFrame(
+        {"name": names, "layer": [int(n[6:8]) for n in names], "score": [3, 1, 2, 6, 5, 4]}
+    ).to_csv(table, index=False)
+    cluster(table=table, bits=[16, 8], method="median", remainder="last", n_layers=2,
+            out=tmp_path / "a.json")  # fmt: skip
+    module_bits = json.loads((tmp_path / "a.json").read_text())["module_bits"]
+    assert module_bits == {
+        "layer-00.mlp.gate_proj": 8, "layer-00.mlp.up_proj": 8, "layer-00.mlp.down_proj": 8,
+        "layer-01.mlp.gate_proj": 16, "layer-01.mlp.up_proj": 16, "layer-01.mlp.down_proj": 16,
+    }  # fmt: skip
+    quantized_eval(
+        study="t", system="cpu", model_name="tiny", model_dir=tmp_path / "model",
+        task="wikitext", data=tmp_path / "test.jsonl", data_source="standin",
+        settings={"block_size": 64, "batch_size": 4, "dtype": "float32"}, limit=2,
+        assignment=tmp_path / "a.json", recipe="fp8", group_size=32, symmetric=True,
+        out=tmp_path / "r.json", device_kind="cpu",
+    )  # fmt: skip
+    record = read_record(tmp_path / "r.json")
+    assert record["parameters"]["assignment"] == module_bits
+    # BF16 halves every Linear; FP8 on layer 0's MLP (24,576 of 73,728 weights): 32n / (16n - 8 n_fp8)
+    assert record["metrics"]["compression_ratio"] == pytest.approx(2.4)
+    assert 50 < record["metrics"]["perplexity"] < 2000

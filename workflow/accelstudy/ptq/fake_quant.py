@@ -38,19 +38,29 @@ def quantize_dequantize(weight: torch.Tensor, bits: int, group_size: int = 128,
 
 
 @torch.no_grad()
-def fake_quantize(model: nn.Module, layer_bits: dict[int, int], group_size: int = 128,
+def fake_quantize(model: nn.Module, module_bits: dict[str, int | None], group_size: int = 128,
                   symmetric: bool = True) -> int:  # fmt: skip
-    """Quantize-dequantize every Linear of each decoder layer to its bits, in place.
+    """Quantize-dequantize each decoder Linear ('layer-07.mlp.up_proj') to its bits, in place.
 
-    lm_head, embeddings and norms stay FP32. Returns the number of Linears changed.
+    Modules mapped to None, lm_head, embeddings and norms stay FP32. Returns the number of
+    Linears changed.
     """
     changed = 0
     for index, layer in enumerate(decoder_layers(model)):
-        if index not in layer_bits:
-            continue
-        for _, linear in layer_linears(layer):
-            linear.weight.copy_(
-                quantize_dequantize(linear.weight, layer_bits[index], group_size, symmetric)
-            )
+        for name, linear in layer_linears(layer):
+            bits = module_bits.get(f"layer-{index:02d}.{name}")
+            if bits is None:
+                continue
+            linear.weight.copy_(quantize_dequantize(linear.weight, bits, group_size, symmetric))
             changed += 1
     return changed
+
+
+def layer_map(layer_bits: dict[int, int], model: nn.Module) -> dict[str, int]:
+    """Expand layer -> bits to every decoder Linear of each layer."""
+    return {
+        f"layer-{index:02d}.{name}": layer_bits[index]
+        for index, layer in enumerate(decoder_layers(model))
+        if index in layer_bits
+        for name, _ in layer_linears(layer)
+    }

@@ -92,11 +92,11 @@ def _replace(layer: nn.Module, name: str, module: nn.Module) -> None:
 
 
 @torch.no_grad()
-def quantize_nvidia(model: nn.Module, layer_bits: dict[int, int], group_size: int = 128) -> None:
-    """16 -> float16 storage; 8 -> int8 groups; 4 -> packed int4 groups (fp16 scales)."""
+def quantize_nvidia(model: nn.Module, module_bits: dict[str, int], group_size: int = 128) -> None:
+    """Per decoder Linear: 16 -> float16 storage; 8 -> int8 groups; 4 -> packed int4 groups."""
     for index, layer in enumerate(decoder_layers(model)):
-        bits = layer_bits[index]
         for name, linear in layer_linears(layer):
+            bits = module_bits[f"layer-{index:02d}.{name}"]
             if bits >= 16:
                 module = CastLinear(linear, torch.float16)
             else:

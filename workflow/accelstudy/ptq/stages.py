@@ -19,7 +19,7 @@ from accelstudy.ptq import accounting
 from accelstudy.ptq.calibration import Calibration, choice_calibration, perplexity_calibration
 from accelstudy.ptq.clustering import assign_bits
 from accelstudy.ptq.fake_quant import fake_quantize
-from accelstudy.ptq.prune import decoder_layers, targets
+from accelstudy.ptq.prune import decoder_layers, layer_linears, targets
 from accelstudy.ptq.real_quant import (
     bits_per_weight,
     module_names,
@@ -100,9 +100,6 @@ def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_laye
     """Layer -> bits from the sensitivity table; also the Fig. 1 style figure."""
     frame = pd.read_csv(table)
     layers = sorted(frame["layer"].unique())
-    if "." in str(frame["name"].iloc[0]):  # submodule scores: a layer's score is their sum
-        frame = frame.groupby("layer", as_index=False)["score"].sum()
-        frame["name"] = [f"layer-{i:02d}" for i in frame["layer"]]
     if layers != list(range(n_layers)):
         raise SensitivityTableError(
             f"sensitivity table '{table}' covers layers {layers[:3]}..., but the model has "
@@ -111,14 +108,42 @@ def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_laye
     assignment = assign_bits(
         list(frame["name"]), list(frame["score"]), bits, method, remainder, seed
     )
-    layer_bits = {int(name.split("-")[1]): b for name, b in assignment.items()}
-    write_json(out, {"bits": bits, "method": method, "remainder": remainder,
-                     "layer_bits": {str(k): v for k, v in sorted(layer_bits.items())}})  # fmt: skip
+    payload: dict[str, Any] = {"bits": bits, "method": method, "remainder": remainder}
+    if "." in str(frame["name"].iloc[0]):  # submodule scores: a module-to-bits map
+        payload["module_bits"] = dict(sorted(assignment.items()))
+    else:
+        layer_bits = {int(name.split("-")[1]): b for name, b in assignment.items()}
+        payload["layer_bits"] = {str(k): v for k, v in sorted(layer_bits.items())}
+    write_json(out, payload)
     if figure is not None:
         from accelstudy.report.figures import sensitivity_figure
 
         sensitivity_figure(frame.assign(bits=[assignment[n] for n in frame["name"]]), figure, bits)
     return assignment
+
+
+def module_assignment(model, spec: dict[str, Any], source: Path) -> dict[str, int | None]:
+    """Every decoder Linear ('layer-07.mlp.up_proj') -> its bits; None where the assignment
+    does not cover it (a submodule scan of one family), which then stays high precision."""
+    keys = {
+        f"layer-{i:02d}.{name}": i
+        for i, layer in enumerate(decoder_layers(model))
+        for name, _ in layer_linears(layer)
+    }
+    if "module_bits" in spec:
+        unknown = sorted(set(spec["module_bits"]) - set(keys))
+        if unknown:
+            raise SensitivityTableError(
+                f"assignment '{source}' names modules the model lacks: {unknown[:3]}"
+            )
+        return {key: spec["module_bits"].get(key) for key in keys}
+    layer_bits = {int(k): v for k, v in spec["layer_bits"].items()}
+    if sorted(layer_bits) != list(range(len(decoder_layers(model)))):
+        raise SensitivityTableError(
+            f"assignment '{source}' has {len(layer_bits)} layers; the model has "
+            f"{len(decoder_layers(model))}"
+        )
+    return {key: layer_bits[layer] for key, layer in keys.items()}
 
 
 def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path, task: str,
@@ -136,35 +161,32 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
         )
     model, tokenizer = load_prepared(model_dir)
     spec = json.loads(Path(assignment).read_text())
-    layer_bits = {int(k): v for k, v in spec["layer_bits"].items()}
-    if len(layer_bits) != len(decoder_layers(model)):
-        raise SensitivityTableError(
-            f"assignment '{assignment}' has {len(layer_bits)} layers; the model has "
-            f"{len(decoder_layers(model))}"
-        )
-    shapes = accounting.linear_shapes(model)
-    per_layer = len(shapes) // len(layer_bits)
-    shape_bits = [(shape, layer_bits[i // per_layer]) for i, shape in enumerate(shapes)]
+    module_bits = module_assignment(model, spec, assignment)
+    shapes = dict(zip(module_bits, accounting.linear_shapes(model), strict=True))
     fp32_bytes = accounting.prepared_bytes(model_dir)
+    high = {key: 16 if bits is None else bits for key, bits in module_bits.items()}
     if recipe == "fake":
-        fake_quantize(model, layer_bits, group_size, symmetric)
+        fake_quantize(model, module_bits, group_size, symmetric)
         stored_bytes = fp32_bytes  # simulated: weights stay FP32
-        ratio = accounting.paper_ratio(shape_bits, group_size)
+        quantized = [(shapes[k], b) for k, b in module_bits.items() if b is not None]
+        ratio = accounting.paper_ratio(quantized, group_size)
         note = "simulated: quantize-dequantize in FP32"
     elif recipe == "nvidia":
-        quantize_nvidia(model, layer_bits, group_size)
+        quantize_nvidia(model, high, group_size)
         stored_bytes = accounting.saved_bytes(model)
-        n = sum(s[0] * s[1] for s, _ in shape_bits)
-        ratio = 32 * n / sum(s[0] * s[1] * bits_per_weight(b, group_size) for s, b in shape_bits)
+        n = sum(s[0] * s[1] for s in shapes.values())
+        stored_bits = sum(shapes[k][0] * shapes[k][1] * bits_per_weight(b, group_size)
+                          for k, b in high.items())  # fmt: skip
+        ratio = 32 * n / stored_bits
         note = "FP16 / INT8 / packed INT4 storage, dequantized before each matmul"
     elif recipe == "fp8":
-        # the Gaudi recipe: the most sensitive cluster (bits >= 16) in BF16, the rest in FP8
-        fp8_layers = [i for i, b in layer_bits.items() if b < 16]
-        n_fp8 = sum(s[0] * s[1] for s, b in shape_bits if b < 16)
-        n = sum(s[0] * s[1] for s, _ in shape_bits)
+        # the Gaudi recipe: the high-precision cluster (bits >= 16) in BF16, the rest in FP8
+        fp8_keys = [k for k, b in high.items() if b < 16]
+        n = sum(s[0] * s[1] for s in shapes.values())
+        n_fp8 = sum(shapes[k][0] * shapes[k][1] for k in fp8_keys)
         ratio = 32 * n / (16 * (n - n_fp8) + 8 * n_fp8)
         if device.kind == "hpu":
-            names = [m for i in fp8_layers for m in module_names(model, f"layer-{i:02d}")]
+            names = [m for key in fp8_keys for m in module_names(model, key)]
             batches = build_calibration(
                 tokenizer, task, read_prepared(calibration), 512, settings
             ).batches
@@ -181,9 +203,8 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
             note = f"Intel Neural Compressor FP8 ({fp8_format}) MEASURE + QUANTIZE on HPU"
         else:
             quantize_fp8_standin(
-                model, {f"layer-{i:02d}": "fp8" if i in fp8_layers else "bf16" for i in layer_bits},
-                fp8_format,
-            )  # fmt: skip
+                model, {k: "fp8" if k in fp8_keys else "bf16" for k in high}, fp8_format
+            )
             note = f"stand-in: torch float8 ({fp8_format}) weights with per-channel scales; no HPU"
         stored_bytes = accounting.saved_bytes(model)
     elif recipe == "bf16":
@@ -205,7 +226,8 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
     parameters = {"bits": spec["bits"], "method": spec["method"], "recipe": recipe,
                   "fp8_format": fp8_format if recipe == "fp8" else None,
                   "group_size": group_size, "symmetric": symmetric, "limit": limit,
-                  "layer_bits": spec["layer_bits"], "settings": settings, "note": note}  # fmt: skip
+                  "assignment": spec.get("layer_bits", spec.get("module_bits")),
+                  "settings": settings, "note": note}  # fmt: skip
     record = {
         "stage": "quantized", "study": study, "system": system, "device": device.kind,
         "model": model_name, "task": task, "method": f"{recipe} {bits_label}",
