@@ -100,6 +100,31 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
     }
 
 
+def job_record(
+    *,
+    stage: str,
+    study: str,
+    system: str,
+    device: Any,
+    model: str,
+    task: str,
+    method: str,
+    protocol: str,
+    data_source: str,
+    parameters: dict[str, Any],
+    metrics: dict[str, Any],
+    config_hash: str,
+    wall_s: float,
+) -> dict[str, Any]:
+    """The result record of one job (`device` is an accelstudy.device.Device)."""
+    return {
+        "stage": stage, "study": study, "system": system, "device": device.kind,
+        "model": model, "task": task, "method": method, "protocol": protocol,
+        "data_source": data_source, "parameters": parameters, "metrics": metrics,
+        "provenance": provenance(config_hash, device.name(), device.kind, wall_s),
+    }  # fmt: skip
+
+
 def validate_record(record: dict[str, Any]) -> None:
     schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
     jsonschema.validate(record, schema)

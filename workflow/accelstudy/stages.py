@@ -14,7 +14,7 @@ from accelstudy.config import config_hash
 from accelstudy.data.sources import prepare_split, read_prepared
 from accelstudy.evaluate import evaluate_task
 from accelstudy.models import load_from_source, load_prepared, save_prepared
-from accelstudy.records import provenance, write_record
+from accelstudy.records import job_record, write_record
 
 log = logging.getLogger("accelstudy")
 
@@ -58,22 +58,13 @@ def baseline(
     rows = read_prepared(data)
     metrics, _ = evaluate_task(model, tokenizer, task, protocol, rows, settings, device, limit)
     parameters = {"settings": settings, "limit": limit, "dtype": str(dtype).removeprefix("torch.")}
-    record = {
-        "stage": "baseline",
-        "study": study,
-        "system": system,
-        "device": device.kind,
-        "model": model_name,
-        "task": task,
-        "method": "fp32" if dtype == torch.float32 else str(dtype).removeprefix("torch."),
-        "protocol": protocol,
-        "data_source": data_source,
-        "parameters": parameters,
-        "metrics": metrics,
-        "provenance": provenance(
-            config_hash({"parameters": parameters, "task": task, "protocol": protocol}),
-            device.name(), device.kind, time.perf_counter() - started,
-        ),
-    }  # fmt: skip
+    record = job_record(
+        stage="baseline", study=study, system=system, device=device, model=model_name,
+        task=task,
+        method="fp32" if dtype == torch.float32 else str(dtype).removeprefix("torch."),
+        protocol=protocol, data_source=data_source, parameters=parameters, metrics=metrics,
+        config_hash=config_hash({"parameters": parameters, "task": task, "protocol": protocol}),
+        wall_s=time.perf_counter() - started,
+    )  # fmt: skip
     write_record(out, record)
     return record

@@ -11,6 +11,8 @@ from pathlib import Path
 from safetensors.torch import save_file
 from torch import nn
 
+from accelstudy.ptq.prune import decoder_layers, layer_linears
+
 
 def paper_ratio(
     shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_size: int = 128
@@ -45,8 +47,6 @@ def saved_bytes(model: nn.Module) -> int:
 
 
 def linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
-    from accelstudy.ptq.prune import decoder_layers, layer_linears
-
     return [
         tuple(m.weight.shape) for layer in decoder_layers(model) for _, m in layer_linears(layer)
     ]

@@ -18,7 +18,7 @@ from accelstudy.models import load_prepared
 from accelstudy.ptq import accounting
 from accelstudy.ptq.calibration import Calibration, choice_calibration, perplexity_calibration
 from accelstudy.ptq.clustering import assign_bits
-from accelstudy.ptq.fake_quant import fake_quantize
+from accelstudy.ptq.fake_quant import fake_quantize, layer_map
 from accelstudy.ptq.prune import decoder_layers, layer_linears, targets
 from accelstudy.ptq.real_quant import (
     bits_per_weight,
@@ -28,7 +28,7 @@ from accelstudy.ptq.real_quant import (
     quantize_nvidia,
 )
 from accelstudy.ptq.sensitivity import scan
-from accelstudy.records import atomic_open, provenance, write_json, write_record
+from accelstudy.records import atomic_open, job_record, write_json, write_record
 
 RECIPE_NAMES = ("fake", "nvidia", "fp8", "bf16")
 
@@ -125,11 +125,11 @@ def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_laye
 def module_assignment(model, spec: dict[str, Any], source: Path) -> dict[str, int | None]:
     """Every decoder Linear ('layer-07.mlp.up_proj') -> its bits; None where the assignment
     does not cover it (a submodule scan of one family), which then stays high precision."""
-    keys = {
-        f"layer-{i:02d}.{name}": i
+    keys = [
+        f"layer-{i:02d}.{name}"
         for i, layer in enumerate(decoder_layers(model))
         for name, _ in layer_linears(layer)
-    }
+    ]
     if "module_bits" in spec:
         unknown = sorted(set(spec["module_bits"]) - set(keys))
         if unknown:
@@ -143,7 +143,7 @@ def module_assignment(model, spec: dict[str, Any], source: Path) -> dict[str, in
             f"assignment '{source}' has {len(layer_bits)} layers; the model has "
             f"{len(decoder_layers(model))}"
         )
-    return {key: layer_bits[layer] for key, layer in keys.items()}
+    return layer_map(layer_bits, model)
 
 
 def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path, task: str,
@@ -228,13 +228,11 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
                   "group_size": group_size, "symmetric": symmetric, "limit": limit,
                   "assignment": spec.get("layer_bits", spec.get("module_bits")),
                   "settings": settings, "note": note}  # fmt: skip
-    record = {
-        "stage": "quantized", "study": study, "system": system, "device": device.kind,
-        "model": model_name, "task": task, "method": f"{recipe} {bits_label}",
-        "protocol": "paper", "data_source": data_source, "parameters": parameters,
-        "metrics": metrics,
-        "provenance": provenance(config_hash(parameters), device.name(), device.kind,
-                                 time.perf_counter() - started),
-    }  # fmt: skip
+    record = job_record(
+        stage="quantized", study=study, system=system, device=device, model=model_name,
+        task=task, method=f"{recipe} {bits_label}", protocol="paper", data_source=data_source,
+        parameters=parameters, metrics=metrics, config_hash=config_hash(parameters),
+        wall_s=time.perf_counter() - started,
+    )  # fmt: skip
     write_record(out, record)
     return record
