@@ -14,7 +14,7 @@ rule baseline:
     threads: 2
     resources:
         mem_mb=8000,
-        runtime=120,
+        runtime=lambda wildcards, attempt: 120 * attempt,
     params:
         study=config["study"],
         system=config["system"],

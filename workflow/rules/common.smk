@@ -2,10 +2,23 @@
 import json
 import os
 
-from accelstudy.config import validate_config
+from accelstudy.config import load_system, validate_config
 from accelstudy.evaluate.runner import relevant_settings
+from accelstudy.site import check_profile
 
 validate_config(config)
+SYSTEM = load_system(config["system"])
+check_profile(config, SYSTEM, workflow.resource_settings, os.environ)
+
+
+# Small CPU jobs run beside Snakemake (a login node under SLURM), not as batch jobs.
+localrules:
+    prepare_model,
+    prepare_data,
+    gather_sensitivity,
+    cluster,
+    report,
+
 
 RESULTS = f"{config['results_dir']}/{config['study']}"
 MODELS = sorted(config["models"])

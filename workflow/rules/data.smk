@@ -11,7 +11,7 @@ rule prepare_model:
     threads: 2
     resources:
         mem_mb=8000,
-        runtime=60,
+        runtime=lambda wildcards, attempt: 60 * attempt,
     params:
         spec=model_spec,
         seed=model_seed,
@@ -30,7 +30,7 @@ rule prepare_data:
     threads: 1
     resources:
         mem_mb=4000,
-        runtime=30,
+        runtime=lambda wildcards, attempt: 30 * attempt,
     params:
         spec=data_spec,
     shell:

@@ -15,7 +15,7 @@ rule sensitivity:
     threads: 2
     resources:
         mem_mb=8000,
-        runtime=120,
+        runtime=lambda wildcards, attempt: 120 * attempt,
     params:
         settings=calibration_settings,
         limit=calibration_limit,
@@ -86,7 +86,7 @@ rule quantize:
     threads: 2
     resources:
         mem_mb=8000,
-        runtime=120,
+        runtime=lambda wildcards, attempt: 120 * attempt,
     params:
         study=config["study"],
         system=config["system"],

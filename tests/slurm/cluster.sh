@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# A single-node SLURM cluster for tests: munged, slurmctld and slurmd as plain background
+# processes (no systemd, no cgroups), four fake GPUs, job records in a jobcomp text file.
+#
+#   tests/slurm/cluster.sh install        apt-get the Debian packages (root, once)
+#   tests/slurm/cluster.sh start DIR      start daemons with state under DIR; prints env
+#   tests/slurm/cluster.sh stop DIR       stop every daemon started for DIR, by PID
+#
+# After `start`, `source DIR/env.sh` points sbatch/squeue/scontrol at this cluster.
+set -euo pipefail
+
+PACKAGES=(slurmctld slurmd slurm-client munge)
+DEFAULT_CONF=/etc/slurm/slurm.conf
+
+install_packages() {
+    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
+        && command -v munged >/dev/null && command -v sbatch >/dev/null; then
+        return 0
+    fi
+    if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
+        echo "cluster.sh: SLURM is not installed and apt-get as root is unavailable;" \
+            "install ${PACKAGES[*]} by hand" >&2
+        return 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${PACKAGES[@]}" >/dev/null
+}
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+wait_for() {
+    local what=$1 tries=$2
+    shift 2
+    for _ in $(seq "$tries"); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        sleep 0.5
+    done
+    echo "cluster.sh: $what did not come up; see the logs under $DIR" >&2
+    return 1
+}
+
+start() {
+    mkdir -p "$DIR"/{munge,key,state,spool,log,gpu}
+    DIR=$(cd "$DIR" && pwd)
+    local node ctld_port node_port cpus mem_mb
+    node=$(hostname -s)
+    ctld_port=$(free_port)
+    node_port=$(free_port)
+    cpus=$(nproc)
+    # Leave a quarter of the memory to the machine itself.
+    mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.75}' /proc/meminfo)
+
+    # Fake GPUs: SLURM only needs device files it can stat; character devices like
+    # /dev/null pass its check (regular files get the node marked invalid).
+    for i in 0 1 2 3; do
+        [[ -e $DIR/gpu/fake$i ]] || mknod "$DIR/gpu/fake$i" c 1 3
+    done
+
+    # A private munge key and socket, so nothing on the machine is touched.
+    [[ -f $DIR/key/munge.key ]] || dd if=/dev/urandom of="$DIR/key/munge.key" bs=1k count=1 2>/dev/null
+    chmod 700 "$DIR/key"
+    chmod 400 "$DIR/key/munge.key"
+    chmod 755 "$DIR/munge"
+    munged --force --key-file="$DIR/key/munge.key" --socket="$DIR/munge/munge.socket" \
+        --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
+        --seed-file="$DIR/munge/munge.seed"
+
+    cat >"$DIR/gres.conf" <<EOF
+NodeName=$node Name=gpu Type=fake File=$DIR/gpu/fake[0-3]
+EOF
+    cat >"$DIR/slurm.conf" <<EOF
+ClusterName=accelstudy-test
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$node_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$DIR/jobcomp.log
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+GresTypes=gpu
+DefMemPerCPU=1000
+MinJobAge=7200
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2
+MpiDefault=none
+MailProg=/bin/true
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:4 Feature=gpu State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=$node MaxTime=INFINITE State=UP
+EOF
+    # The jobstep executor strips SLURM_CONF before its nested srun, so srun inside a job
+    # finds the cluster only at the default path; link it there unless a real one exists.
+    if [[ -e $DEFAULT_CONF && ! -L $DEFAULT_CONF ]]; then
+        echo "cluster.sh: $DEFAULT_CONF exists and is not a test cluster's link; refusing" >&2
+        return 1
+    fi
+    mkdir -p "$(dirname "$DEFAULT_CONF")"
+    ln -sfn "$DIR/slurm.conf" "$DEFAULT_CONF"
+    cat >"$DIR/env.sh" <<EOF
+export SLURM_CONF=$DIR/slurm.conf
+EOF
+    export SLURM_CONF=$DIR/slurm.conf
+
+    slurmctld -f "$SLURM_CONF" -i
+    wait_for slurmctld 60 scontrol ping
+    slurmd -f "$SLURM_CONF"
+    wait_for "slurmd ($node)" 60 bash -c "sinfo -h -N -o %t | grep -qE '^(idle|mix|alloc)'"
+    echo "SLURM_CONF=$SLURM_CONF"
+}
+
+stop() {
+    local pidfile pid
+    for pidfile in "$DIR/slurmd.pid" "$DIR/slurmctld.pid" "$DIR/munge/munged.pid"; do
+        [[ -f $pidfile ]] || continue
+        pid=$(cat "$pidfile")
+        if kill "$pid" 2>/dev/null; then
+            for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+            kill -9 "$pid" 2>/dev/null || true
+        fi
+        rm -f "$pidfile"
+    done
+    if [[ $(readlink "$DEFAULT_CONF" 2>/dev/null) == "$DIR/slurm.conf" ]]; then
+        rm -f "$DEFAULT_CONF"
+    fi
+}
+
+case ${1:-} in
+    install) install_packages ;;
+    start) DIR=${2:?usage: cluster.sh start DIR}; start ;;
+    stop) DIR=${2:?usage: cluster.sh stop DIR}; stop ;;
+    *) echo "usage: cluster.sh install | start DIR | stop DIR" >&2; exit 2 ;;
+esac

@@ -1,0 +1,116 @@
+"""Check a site profile against the machine it targets, before Snakemake submits a job.
+
+A profile (profiles/<site>/config.yaml) carries scheduler resources; the system file
+(config/systems/<name>.yaml) says what a node offers. Mistakes between the two (no account
+where the site bills one, more cards than a node has) would otherwise surface as a
+rejected sbatch or a job pending forever, after part of the study was already submitted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from accelstudy.config import ConfigError
+
+ACCOUNT_ENV = "ACCELSTUDY_ACCOUNT"
+_VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+
+
+def raw_values(resources: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Resource name -> the value as written (Snakemake's Resource objects keep `.raw`)."""
+    if not resources:
+        return {}
+    return {name: getattr(value, "raw", value) for name, value in resources.items()}
+
+
+def export_account(config: Mapping[str, Any], environ: MutableMapping[str, str]) -> None:
+    """`--config account=X` wins over the environment; profiles read $ACCELSTUDY_ACCOUNT."""
+    if config.get("account"):
+        environ[ACCOUNT_ENV] = str(config["account"])
+
+
+def _as_text(raw: Any, environ: Mapping[str, str]) -> str:
+    """A resource expression like "'$ACCELSTUDY_ACCOUNT'" as the plain text it yields."""
+    expanded = _expandvars(str(raw), environ)
+    return expanded.strip().strip("'\"").strip()
+
+
+def _expandvars(text: str, environ: Mapping[str, str]) -> str:
+    """os.path.expandvars over a given mapping: unknown variables stay as written."""
+    return _VARIABLE.sub(lambda m: environ.get(m[1] or m[2], m[0]), text)
+
+
+def check_account(
+    system: Mapping[str, Any], defaults: Mapping[str, Any], environ: Mapping[str, str]
+) -> None:
+    """A SLURM profile on a site that bills an account must name one."""
+    if "slurm_account" not in defaults or not system.get("account_required"):
+        return
+    account = _as_text(defaults["slurm_account"], environ)
+    if not account or "$" in account:
+        raise ConfigError(
+            f"config key 'account': system '{system['name']}' needs a SLURM account; "
+            f"export {ACCOUNT_ENV}=<project> or pass --config account=<project>"
+        )
+
+
+def card_count(raw: Any) -> int | None:
+    """An integer card request, or None for an expression evaluated per job."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    text = str(raw).strip().strip("'\"")
+    return int(text) if text.isdigit() else None
+
+
+def check_cards(
+    system: Mapping[str, Any],
+    per_rule: Mapping[str, Mapping[str, Any]],
+    multi_node_rules: frozenset[str] = frozenset(),
+) -> None:
+    """No single-node rule may ask for more cards than one node of the system has."""
+    resource = system.get("card_resource", "gpu")
+    limit = int(system["cards_per_node"])
+    for rule, values in sorted(per_rule.items()):
+        cards = card_count(values.get(resource)) if resource in values else None
+        if cards is not None and cards > limit and rule not in multi_node_rules:
+            raise ConfigError(
+                f"resource '{rule}:{resource}': {cards} cards, but a {system['name']} node "
+                f"has {limit}; rule '{rule}' runs on one node, so ask for at most {limit} "
+                "(profile set-resources or --set-resources)"
+            )
+
+
+def check_site(
+    config: Mapping[str, Any],
+    system: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    per_rule: Mapping[str, Mapping[str, Any]],
+    environ: MutableMapping[str, str],
+    multi_node_rules: frozenset[str] = frozenset(),
+) -> None:
+    """Every site check, in the order a user would want to fix them."""
+    export_account(config, environ)
+    check_account(system, defaults, environ)
+    check_cards(system, per_rule, multi_node_rules)
+
+
+def check_profile(
+    config: Mapping[str, Any],
+    system: Mapping[str, Any],
+    resource_settings: Any,
+    environ: MutableMapping[str, str],
+) -> None:
+    """check_site on Snakemake's ResourceSettings (--default-resources, --set-resources)."""
+    defaults = getattr(resource_settings, "default_resources", None)
+    overrides = getattr(resource_settings, "overwrite_resources", None) or {}
+    check_site(
+        config,
+        system,
+        raw_values(defaults),
+        {rule: raw_values(values) for rule, values in overrides.items()},
+        environ,
+    )
