@@ -25,6 +25,8 @@ study: $(STAMP)
 	@$(BIN)/accelstudy where-report --configfile $(CONFIG)
 
 test: $(STAMP)
+	# Debian's SLURM for the local test cluster (needs root + apt; else those tests skip)
+	-tests/slurm/cluster.sh install
 	$(BIN)/pytest -q
 
 lint: $(STAMP)

@@ -2,13 +2,17 @@
 import json
 import os
 
-from accelstudy.config import load_system, validate_config
+from accelstudy.config import ConfigError, load_system, validate_config
 from accelstudy.evaluate.runner import relevant_settings
 from accelstudy.site import check_profile
 
-validate_config(config)
-SYSTEM = load_system(config["system"])
-check_profile(config, SYSTEM, workflow.resource_settings, os.environ)
+try:
+    validate_config(config)
+    SYSTEM = load_system(config["system"])
+    check_profile(config, SYSTEM, workflow.resource_settings, os.environ)
+except ConfigError as error:
+    # one line naming the key and the fix, not a traceback
+    raise SystemExit(f"Error: {error}")
 
 
 # Small CPU jobs run beside Snakemake (a login node under SLURM), not as batch jobs.

@@ -1,0 +1,205 @@
+"""Each site profile, dry-run on config/paper.yaml without a cluster.
+
+The dry run prints every job's threads and resources as Snakemake evaluated them from the
+profile; the SLURM plugin's own `get_submit_command` turns those into the sbatch line the
+site would receive, so the assertions read like the scheduler arguments themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+ACCOUNT = "m1234"
+
+
+class JobResources(dict):
+    """The mapping-with-attributes view the plugin expects of `job.resources`."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError as missing:
+            raise AttributeError(name) from missing
+
+
+class PlannedJob:
+    def __init__(self, rule: str, threads: int, resources: dict) -> None:
+        self.name, self.threads, self.resources = rule, threads, JobResources(resources)
+
+
+def dry_run(workdir: Path, profile: str, *args: str, account: str | None = ACCOUNT):
+    env = {k: v for k, v in os.environ.items() if k != "ACCELSTUDY_ACCOUNT"}
+    if account:
+        env["ACCELSTUDY_ACCOUNT"] = account
+    cmd = [sys.executable, "-m", "snakemake", "--profile", f"profiles/{profile}",
+           "--directory", str(workdir), "--dry-run", "--cores", "256", *args]  # fmt: skip
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _value(text: str):
+    return int(text) if text.isdigit() else text
+
+
+def planned_jobs(stdout: str) -> list[PlannedJob]:
+    """Rule, threads and resources of every job block in a dry run's output."""
+    jobs, rule, threads = [], None, 1
+    for line in stdout.splitlines():
+        if line.startswith(("rule ", "localrule ")) and line.endswith(":"):
+            rule, threads = line.split()[1].rstrip(":"), 1
+        elif rule and line.strip().startswith("threads:"):
+            threads = int(line.split(":")[1])
+        elif rule and line.strip().startswith("resources:"):
+            items = line.split(":", 1)[1].split(", ")
+            resources = {k.strip(): _value(v) for k, _, v in (i.partition("=") for i in items)}
+            jobs.append(PlannedJob(rule, threads, resources))
+            rule = None
+    return jobs
+
+
+def sbatch_line(job: PlannedJob) -> str:
+    """The sbatch call snakemake-executor-plugin-slurm builds for this job."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    account = job.resources.get("slurm_account")
+    partition = job.resources.get("slurm_partition")
+    params = {
+        "run_uuid": "plan", "slurm_logfile": "plan.log", "comment_str": f"rule_{job.name}",
+        "account": f"-A {account}" if account else "",
+        "partition": f"-p {partition}" if partition else "", "workdir": "",
+    }  # fmt: skip
+    return get_submit_command(job, params) + set_gres_string(job)
+
+
+def one_per_rule(workdir: Path, profile: str) -> dict[str, str]:
+    result = dry_run(workdir, profile)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines: dict[str, set[str]] = {}
+    for job in planned_jobs(result.stdout):
+        lines.setdefault(job.name, set()).add(sbatch_line(job))
+    # every job of a rule asks for the same thing on its first attempt
+    assert all(len(v) == 1 for v in lines.values()), lines
+    return {rule: v.pop() for rule, v in lines.items()}
+
+
+def flags(line: str) -> set[str]:
+    """sbatch options as a set, with `--mem 64000`-style pairs joined."""
+    parts, out = line.split(), set()
+    for i, part in enumerate(parts):
+        if part in ("-A", "-p", "-t", "-C", "--mem"):
+            out.add(f"{part} {parts[i + 1]}")
+        elif part.startswith("--") and "=" in part:
+            out.add(part)
+    return out
+
+
+def test_perlmutter_jobs(tmp_path):
+    plan = one_per_rule(tmp_path, "perlmutter")
+    common = {"-A m1234", "-C gpu", "--qos=regular", "--gpus=1", "--cpus-per-task=32"}
+    assert common | {"--mem 64000", "-t 120"} <= flags(plan["baseline"])
+    assert common | {"--mem 64000", "-t 60"} <= flags(plan["sensitivity"])
+    assert common | {"--mem 64000", "-t 90"} <= flags(plan["quantize"])
+    # Perlmutter selects GPU nodes by constraint, not partition; no task geometry is set,
+    # so the plugin does not start one copy per GPU
+    assert not any(f.startswith(("-p ", "--ntasks")) for f in flags(plan["baseline"]))
+
+
+def test_expanse_jobs(tmp_path):
+    plan = one_per_rule(tmp_path, "expanse")
+    common = {"-A m1234", "--gpus=1", "--mem 92000", "--cpus-per-task=10"}
+    assert common | {"-p gpu-shared", "-t 120"} <= flags(plan["baseline"])
+    assert common | {"-p gpu-debug", "-t 30"} <= flags(plan["sensitivity"])
+    assert common | {"-p gpu-shared", "-t 90"} <= flags(plan["quantize"])
+    # every Expanse job states its memory, small ones included
+    assert all("--mem " in line for line in plan.values())
+
+
+@pytest.mark.parametrize("profile", ["perlmutter", "expanse"])
+def test_a_retry_gets_more_time(profile):
+    """A time-out is retried (profile `retries`) with runtime x attempt."""
+    from snakemake.resources import Resources
+
+    config = yaml.safe_load((ROOT / "profiles" / profile / "config.yaml").read_text())
+    assert config["retries"] >= 1
+    for rule, values in config["set-resources"].items():
+        parsed = Resources.parse([f"{k}={v}" for k, v in values.items()], allow_expressions=True)
+        runtime = {a: parsed["runtime"].evaluate(wildcards=None, input=None, attempt=a,
+                   threads=1, rulename=rule, async_run=None).value for a in (1, 2)}  # fmt: skip
+        assert runtime[2] == 2 * runtime[1], rule
+    if profile == "expanse":
+        partition = Resources.parse(
+            [f"slurm_partition={config['set-resources']['sensitivity']['slurm_partition']}"],
+            allow_expressions=True,
+        )["slurm_partition"]
+        on = {a: partition.evaluate(wildcards=None, input=None, attempt=a, threads=1,
+              rulename="sensitivity", async_run=None).value for a in (1, 2)}  # fmt: skip
+        assert on == {1: "gpu-debug", 2: "gpu-shared"}  # out of the 30-min debug queue
+
+
+def test_voyager_jobs_share_the_pods_cards(tmp_path):
+    result = dry_run(tmp_path, "voyager", account=None)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = planned_jobs(result.stdout)
+    cards = {job.name: job.resources.get("gaudi", 0) for job in jobs}
+    assert {cards[r] for r in ("baseline", "sensitivity", "quantize")} == {1}
+    assert {cards[r] for r in ("prepare_model", "prepare_data", "cluster", "report")} == {0}
+    assert {job.threads for job in jobs if job.name == "quantize"} == {12}
+    # Gaudi recipes: simulated, real FP8 (INC) and BF16, no NVIDIA INT8 path
+    quantize = [line for line in result.stdout.splitlines() if "accelstudy quantize" in line]
+    recipes = {line.split("--recipe ")[1].split()[0] for line in quantize}
+    assert recipes == {"fake", "fp8", "bf16"}
+    assert all("--system voyager" in line for line in quantize)
+    # on Gaudi the FP8 recipe must be the real INC path, never the float8 stand-in
+    assert all("--fp8-without-hpu error" in line for line in quantize if "--recipe fp8" in line)
+    profile = yaml.safe_load((ROOT / "profiles" / "voyager" / "config.yaml").read_text())
+    assert profile["resources"] == {"gaudi": 8} and "executor" not in profile
+
+
+def test_voyager_pod_requests_gaudi_cards_and_hugepages():
+    pod = yaml.safe_load((ROOT / "profiles" / "voyager" / "pod.yaml").read_text())
+    container = pod["spec"]["containers"][0]
+    for kind in ("requests", "limits"):
+        assert container["resources"][kind]["habana.ai/gaudi"] == 8
+        assert container["resources"][kind]["hugepages-2Mi"].endswith("Mi")
+    assert "snakemake --profile profiles/voyager" in " ".join(container["args"])
+
+
+def test_missing_account_stops_before_submission(tmp_path):
+    result = dry_run(tmp_path, "perlmutter", account=None)
+    assert result.returncode != 0
+    assert (
+        "config key 'account': system 'perlmutter' needs a SLURM account; "
+        "export ACCELSTUDY_ACCOUNT=<project> or pass --config account=<project>"
+    ) in result.stdout + result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_account_on_the_command_line(tmp_path):
+    result = dry_run(tmp_path, "expanse", "--config", "account=abc123", account=None)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert {job.resources.get("slurm_account") for job in planned_jobs(result.stdout)} == {"abc123"}
+
+
+def test_too_many_cards_for_one_node(tmp_path):
+    result = dry_run(tmp_path, "perlmutter", "--set-resources", "quantize:gpu=8")
+    assert result.returncode != 0
+    assert (
+        "resource 'quantize:gpu': 8 cards, but a perlmutter node has 4; rule 'quantize' "
+        "runs on one node, so ask for at most 4"
+    ) in result.stdout + result.stderr
+
+
+def test_unknown_system(tmp_path):
+    result = dry_run(tmp_path, "expanse", "--config", "system=frontier")
+    assert result.returncode != 0
+    message = "config key 'system': unknown system 'frontier'; known systems are"
+    assert message in result.stdout + result.stderr

@@ -1,0 +1,40 @@
+"""Profile checks against the system file, without Snakemake."""
+
+from __future__ import annotations
+
+import pytest
+from accelstudy.config import ConfigError, load_system
+from accelstudy.site import card_count, check_account, check_cards, check_site
+
+PERLMUTTER = load_system("perlmutter")
+
+
+def test_account_from_the_environment_or_the_config():
+    defaults = {"slurm_account": "'$ACCELSTUDY_ACCOUNT'"}
+    check_account(PERLMUTTER, defaults, {"ACCELSTUDY_ACCOUNT": "m1234"})
+    with pytest.raises(ConfigError, match="config key 'account'"):
+        check_account(PERLMUTTER, defaults, {})
+    with pytest.raises(ConfigError, match="needs a SLURM account"):
+        check_account(PERLMUTTER, defaults, {"ACCELSTUDY_ACCOUNT": ""})
+    environ: dict[str, str] = {}
+    check_site({"account": "m9999"}, PERLMUTTER, defaults, {}, environ)
+    assert environ == {"ACCELSTUDY_ACCOUNT": "m9999"}
+
+
+def test_account_is_not_asked_where_nothing_bills():
+    check_account(PERLMUTTER, {}, {})  # not a SLURM profile: a local run on a GPU node
+    check_account(load_system("voyager"), {"slurm_account": "''"}, {})
+
+
+def test_card_counts():
+    assert card_count(4) == 4 and card_count("'8'") == 8
+    assert card_count("int(wildcards.cards)") is None  # evaluated per job, not here
+    assert card_count(True) is None
+    check_cards(PERLMUTTER, {"baseline": {"gpu": 4}, "finetune": {"gpu": "int(wildcards.cards)"}})
+    check_cards(PERLMUTTER, {"finetune": {"gpu": 16}}, multi_node_rules=frozenset({"finetune"}))
+    with pytest.raises(ConfigError, match="resource 'baseline:gpu': 5 cards, but a perlmutter"):
+        check_cards(PERLMUTTER, {"baseline": {"gpu": 5}})
+    voyager = load_system("voyager")
+    check_cards(voyager, {"baseline": {"gaudi": 8, "gpu": 99}})  # Gaudi counts `gaudi`
+    with pytest.raises(ConfigError, match="a voyager node has 8"):
+        check_cards(voyager, {"baseline": {"gaudi": 9}})

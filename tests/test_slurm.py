@@ -1,0 +1,142 @@
+"""The tiny study through a real single-node SLURM cluster and the SLURM executor plugin.
+
+tests/slurm/cluster.sh starts munged, slurmctld and slurmd (Debian's packages, as plain
+processes) with four fake GPUs. The scheduler's own job records (`scontrol show job`) are
+then compared with what profiles/slurm-test promises for each rule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.test_workflow import TINY_CONFIG
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
+CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
+PROFILE = ROOT / "profiles" / "slurm-test"
+ACCOUNT = "ci-project"
+SUBMITTED_RULES = {"baseline", "sensitivity", "quantize"}
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    if missing:
+        reason = f"SLURM is not installed ({', '.join(missing)} missing): run {CLUSTER} install"
+        if os.environ.get("CI") or os.environ.get("ACCELSTUDY_REQUIRE_SLURM"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    # short path: munge's socket path must stay under the 108-byte Unix socket limit
+    state = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
+    try:
+        subprocess.run([str(CLUSTER), "start", str(state)], check=True, timeout=120)
+        yield {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}
+    finally:
+        subprocess.run([str(CLUSTER), "stop", str(state)], check=False, timeout=120)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def run_through_slurm(env: dict, workdir: Path) -> subprocess.CompletedProcess:
+    config = workdir / "config.yaml"
+    config.write_text(yaml.safe_dump({**TINY_CONFIG, "system": "slurm-test"}))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+           "--profile", str(PROFILE), "--directory", str(workdir), "--configfile", str(config)]  # fmt: skip
+    env = {**env, "ACCELSTUDY_ACCOUNT": ACCOUNT}
+    # its own session: the plugin's signal handling must not reach pytest
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1500, start_new_session=True)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def slurm_study(cluster, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("slurm-study")
+    result = run_through_slurm(cluster, workdir)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return workdir, result
+
+
+def scheduler_records(env: dict) -> list[dict[str, str]]:
+    """Every job slurmctld still holds (MinJobAge keeps them), as key=value dicts."""
+    out = subprocess.run(["scontrol", "show", "job", "-o"], env=env, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    jobs = []
+    for line in out.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        if "JobId" in fields:
+            jobs.append(fields)
+    return jobs
+
+
+def rule_of(job: dict[str, str]) -> str:
+    """The plugin comments each job `rule_<name>_wildcards_<values>`."""
+    comment = job["Comment"].removeprefix("rule_")
+    return comment.split("_wildcards_")[0]
+
+
+def promised(rule: str) -> dict:
+    """What profiles/slurm-test asks for a rule's first attempt."""
+    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    values = {**profile["default-resources"], **profile["set-resources"].get(rule, {})}
+    evaluated = {
+        name: eval(str(value), {"attempt": 1}) if name != "slurm_account" else ACCOUNT
+        for name, value in values.items()
+    }
+    evaluated["threads"] = profile["set-threads"][rule]
+    return evaluated
+
+
+def test_tiny_study_completes_through_slurm(slurm_study):
+    workdir, _ = slurm_study
+    base = workdir / "results" / "tiny"
+    assert (base / "report" / "index.html").is_file()
+    wiki = json.loads((base / "baseline" / "tiny" / "wikitext" / "paper.json").read_text())
+    assert wiki["system"] == "slurm-test"
+    assert 300 < wiki["metrics"]["perplexity"] < 800  # a random model: near |V|
+    fake = base / "ptq" / "tiny" / "wikitext" / "layer" / "bits-16-8-4" / "fake.json"
+    assert json.loads(fake.read_text())["metrics"]["compression_ratio"] > 1
+
+
+def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
+    jobs = [job for job in scheduler_records(cluster) if job.get("Account") == ACCOUNT]
+    by_rule: dict[str, list[dict]] = {}
+    for job in jobs:
+        by_rule.setdefault(rule_of(job), []).append(job)
+    # only GPU work went to the scheduler; data, clustering and report ran locally
+    assert set(by_rule) == SUBMITTED_RULES
+    # 4 baseline evaluations, 2 sensitivity chunks, 2 bit lists x 2 recipes
+    assert {rule: len(v) for rule, v in by_rule.items()} == {
+        "baseline": 4, "sensitivity": 2, "quantize": 4,
+    }  # fmt: skip
+    for rule, rule_jobs in by_rule.items():
+        want = promised(rule)
+        for job in rule_jobs:
+            assert job["JobState"] == "COMPLETED", job
+            assert job["Partition"] == want["slurm_partition"]
+            assert job["Features"] == want["constraint"]
+            assert job["MinMemoryNode"] == f"{want['mem_mb']}M"
+            hours, minutes = divmod(want["runtime"], 60)
+            assert job["TimeLimit"] == f"{hours:02d}:{minutes:02d}:00"
+            assert job["TresPerJob"] == f"gres:gpu:{want['gpu']}"
+            assert int(job["NumCPUs"]) == want["threads"]
+    # quantize asks for two cards: the scheduler really gave it two GPUs
+    assert by_rule["quantize"][0]["TresPerJob"] == "gres:gpu:2"
+
+
+def test_second_run_submits_nothing(slurm_study, cluster):
+    workdir, _ = slurm_study
+    before = len(scheduler_records(cluster))
+    again = run_through_slurm(cluster, workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert len(scheduler_records(cluster)) == before
