@@ -182,3 +182,39 @@ def test_paper_study_plans_the_published_setup(tmp_path):
         "prepare_data": 6, "prepare_model": 1, "baseline": 6, "sensitivity": 66,
         "gather_sensitivity": 3, "cluster": 9, "quantize": 27, "report": 1, "all": 1,
     }  # fmt: skip
+
+
+def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):
+    """SIGKILL the whole run mid-study; `--unlock` (a killed run keeps its lock) and the
+    same command (with the profiles' --rerun-incomplete) finish it, leaving every
+    already-finished record untouched."""
+    import os
+    import signal
+    import time
+
+    config = json.loads(json.dumps(TINY_CONFIG))
+    config["ptq"]["enabled"] = False
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
+           str(tmp_path / "config.yaml"), "--cores", "1", "--rerun-incomplete"]  # fmt: skip
+    baseline = tmp_path / "results" / "tiny" / "baseline" / "tiny"
+    logs = tmp_path / "results" / "tiny" / "logs" / "baseline"
+    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    # wait until one evaluation has finished and the next one is running
+    while time.monotonic() < deadline and run.poll() is None:
+        if len(list(baseline.rglob("*.json"))) == 1 and len(list(logs.glob("*.log"))) == 2:
+            break
+        time.sleep(0.05)
+    assert run.poll() is None, "the run ended before it could be killed"
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    (finished,) = baseline.rglob("*.json")
+    stamp = finished.stat().st_mtime_ns
+    subprocess.run([*cmd, "--unlock"], check=True, capture_output=True, timeout=300)
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert len(list(baseline.rglob("*.json"))) == 4
+    assert finished.stat().st_mtime_ns == stamp  # not recomputed, not overwritten
+    assert (tmp_path / "results" / "tiny" / "report" / "index.html").is_file()

@@ -10,7 +10,7 @@ rule baseline:
     log:
         f"{RESULTS}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
     conda:
-        "../../envs/cpu.yaml"
+        CONDA_ENV
     threads: 2
     resources:
         mem_mb=8000,

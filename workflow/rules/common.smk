@@ -15,6 +15,11 @@ except ConfigError as error:
     raise SystemExit(f"Error: {error}")
 
 
+# `--software-deployment-method conda` builds the environment the system's device needs
+# (Gaudi runs in its container instead: envs/gaudi/Dockerfile).
+CONDA_ENV = {"cuda": "../../envs/cuda.yaml"}.get(SYSTEM["device"], "../../envs/cpu.yaml")
+
+
 # Small CPU jobs run beside Snakemake (a login node under SLURM), not as batch jobs.
 localrules:
     prepare_model,

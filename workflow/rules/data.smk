@@ -7,7 +7,7 @@ rule prepare_model:
     log:
         f"{RESULTS}/logs/prepare_model/{{model}}.log",
     conda:
-        "../../envs/cpu.yaml"
+        CONDA_ENV
     threads: 2
     resources:
         mem_mb=8000,
@@ -26,7 +26,7 @@ rule prepare_data:
     log:
         f"{RESULTS}/logs/prepare_data/{{task}}-{{split}}.log",
     conda:
-        "../../envs/cpu.yaml"
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=4000,

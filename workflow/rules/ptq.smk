@@ -11,7 +11,7 @@ rule sensitivity:
     log:
         f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.log",
     conda:
-        "../../envs/cpu.yaml"
+        CONDA_ENV
     threads: 2
     resources:
         mem_mb=8000,
@@ -40,7 +40,7 @@ rule gather_sensitivity:
     log:
         f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-gather.log",
     conda:
-        "../../envs/cpu.yaml"
+        CONDA_ENV
     shell:
         "accelstudy gather-sensitivity --chunks {input:q} --out {output:q} > {log:q} 2>&1"
 
@@ -59,7 +59,7 @@ rule cluster:
     log:
         f"{RESULTS}/logs/cluster/{{model}}-{{task}}-{{granularity}}-{{bits}}.log",
     conda:
-        "../../envs/cpu.yaml"
+        CONDA_ENV
     params:
         bits=lambda wildcards: json.dumps([int(b) for b in wildcards.bits.split("-")]),
         method=PTQ["clustering"],
@@ -82,7 +82,7 @@ rule quantize:
     log:
         f"{RESULTS}/logs/quantize/{{model}}-{{task}}-{{granularity}}-{{bits}}-{{recipe}}.log",
     conda:
-        "../../envs/cpu.yaml"
+        CONDA_ENV
     threads: 2
     resources:
         mem_mb=8000,

@@ -23,7 +23,7 @@ rule report:
     log:
         f"{RESULTS}/logs/report.log",
     conda:
-        "../../envs/cpu.yaml"
+        CONDA_ENV
     params:
         study=config["study"],
         results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.html)),
