@@ -36,10 +36,11 @@ class PlannedJob:
         self.name, self.threads, self.resources = rule, threads, JobResources(resources)
 
 
-def dry_run(workdir: Path, profile: str, *args: str, account: str | None = ACCOUNT):
-    env = {k: v for k, v in os.environ.items() if k != "ACCELSTUDY_ACCOUNT"}
+def dry_run(workdir: Path, profile: str, *args: str, account: str | None = ACCOUNT, **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELSTUDY_")}
     if account:
         env["ACCELSTUDY_ACCOUNT"] = account
+    env.update(extra)
     cmd = [sys.executable, "-m", "snakemake", "--profile", f"profiles/{profile}",
            "--directory", str(workdir), "--dry-run", "--cores", "256", *args]  # fmt: skip
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -80,8 +81,8 @@ def sbatch_line(job: PlannedJob) -> str:
     return get_submit_command(job, params) + set_gres_string(job)
 
 
-def one_per_rule(workdir: Path, profile: str) -> dict[str, str]:
-    result = dry_run(workdir, profile)
+def one_per_rule(workdir: Path, profile: str, *args: str, **env: str) -> dict[str, str]:
+    result = dry_run(workdir, profile, *args, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     lines: dict[str, set[str]] = {}
     for job in planned_jobs(result.stdout):
@@ -111,6 +112,17 @@ def test_perlmutter_jobs(tmp_path):
     # Perlmutter selects GPU nodes by constraint, not partition; no task geometry is set,
     # so the plugin does not start one copy per GPU
     assert not any(f.startswith(("-p ", "--ntasks")) for f in flags(plan["baseline"]))
+
+
+def test_site_variants_are_system_files(tmp_path):
+    """Perlmutter's 80 GB nodes and Expanse's H100 nodes: same profile, another system."""
+    plan = one_per_rule(tmp_path, "perlmutter", "--config", "system=perlmutter-80gb")
+    assert "-C 'gpu&hbm80g'" in plan["baseline"] and "--qos=regular" in plan["baseline"]
+    plan = one_per_rule(tmp_path, "expanse", "--config", "system=expanse-h100")
+    assert {"--gpus=h100:1", "-p gpu-shared"} <= flags(plan["quantize"])
+    # a variable the user exports wins over the system file
+    plan = one_per_rule(tmp_path, "perlmutter", ACCELSTUDY_SLURM_QOS="shared")
+    assert "--qos=shared" in plan["baseline"]
 
 
 def test_expanse_jobs(tmp_path):

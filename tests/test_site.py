@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 from accelstudy.config import ConfigError, load_system
-from accelstudy.site import card_count, check_account, check_cards, check_site
+from accelstudy.site import (
+    card_count,
+    check_account,
+    check_cards,
+    check_site,
+    check_variables,
+    export_scheduler_defaults,
+)
 
 PERLMUTTER = load_system("perlmutter")
 
@@ -18,7 +25,7 @@ def test_account_from_the_environment_or_the_config():
         check_account(PERLMUTTER, defaults, {"ACCELSTUDY_ACCOUNT": ""})
     environ: dict[str, str] = {}
     check_site({"account": "m9999"}, PERLMUTTER, defaults, {}, environ)
-    assert environ == {"ACCELSTUDY_ACCOUNT": "m9999"}
+    assert environ["ACCELSTUDY_ACCOUNT"] == "m9999"
 
 
 def test_account_is_not_asked_where_nothing_bills():
@@ -38,3 +45,14 @@ def test_card_counts():
     check_cards(voyager, {"baseline": {"gaudi": 8, "gpu": 99}})  # Gaudi counts `gaudi`
     with pytest.raises(ConfigError, match="a voyager node has 8"):
         check_cards(voyager, {"baseline": {"gaudi": 9}})
+
+
+def test_scheduler_defaults_come_from_the_system_file():
+    environ = {"ACCELSTUDY_SLURM_QOS": "shared"}
+    export_scheduler_defaults(PERLMUTTER, environ)
+    assert environ == {"ACCELSTUDY_SLURM_QOS": "shared", "ACCELSTUDY_SLURM_CONSTRAINT": "gpu"}
+    check_variables(PERLMUTTER, {"qos": "'$ACCELSTUDY_SLURM_QOS'"}, {}, environ)
+    with pytest.raises(ConfigError, match=r"resource 'quantize:gpu_model' reads \$ACCEL"):
+        check_variables(
+            PERLMUTTER, {}, {"quantize": {"gpu_model": "'$ACCELSTUDY_SLURM_GPU_MODEL'"}}, environ
+        )

@@ -42,6 +42,37 @@ def _expandvars(text: str, environ: Mapping[str, str]) -> str:
     return _VARIABLE.sub(lambda m: environ.get(m[1] or m[2], m[0]), text)
 
 
+def export_scheduler_defaults(system: Mapping[str, Any], environ: MutableMapping[str, str]) -> None:
+    """The system file's `slurm` block as ACCELSTUDY_SLURM_<KEY> variables for the profiles.
+
+    Site variants (Perlmutter's 80 GB nodes, Expanse's H100 nodes) are system files, so one
+    profile serves them all; a variable the user exported wins.
+    """
+    for key, value in (system.get("slurm") or {}).items():
+        environ.setdefault(f"ACCELSTUDY_SLURM_{key.upper()}", "" if value is None else str(value))
+
+
+def check_variables(
+    system: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    per_rule: Mapping[str, Mapping[str, Any]],
+    environ: Mapping[str, str],
+) -> None:
+    """Every $ACCELSTUDY_* a profile resource reads must be set by now."""
+    written = [(name, raw) for name, raw in defaults.items()]
+    written += [(f"{rule}:{name}", raw) for rule, values in per_rule.items()
+                for name, raw in values.items()]  # fmt: skip
+    for name, raw in written:
+        for match in _VARIABLE.finditer(str(raw)):
+            variable = match[1] or match[2]
+            if variable.startswith("ACCELSTUDY_SLURM_") and variable not in environ:
+                key = variable.removeprefix("ACCELSTUDY_SLURM_").lower()
+                raise ConfigError(
+                    f"resource '{name}' reads ${variable}, but neither the environment nor "
+                    f"config/systems/{system['name']}.yaml (slurm.{key}) sets it"
+                )
+
+
 def check_account(
     system: Mapping[str, Any], defaults: Mapping[str, Any], environ: Mapping[str, str]
 ) -> None:
@@ -94,7 +125,9 @@ def check_site(
 ) -> None:
     """Every site check, in the order a user would want to fix them."""
     export_account(config, environ)
+    export_scheduler_defaults(system, environ)
     check_account(system, defaults, environ)
+    check_variables(system, defaults, per_rule, environ)
     check_cards(system, per_rule, multi_node_rules)
 
 
