@@ -215,3 +215,23 @@ def test_unknown_system(tmp_path):
     assert result.returncode != 0
     message = "config key 'system': unknown system 'frontier'; known systems are"
     assert message in result.stdout + result.stderr
+
+
+def test_own_study_file_keeps_the_site(tmp_path):
+    """--configfile replaces the profile's study files: the system must come along."""
+    own = tmp_path / "my-study.yaml"
+    own.write_text(yaml.safe_dump({"study": "mine", "models": {"m": {"source": "tiny-random"}},
+                                   "tasks": {"boolq": {"source": "standin"}}}))  # fmt: skip
+    result = dry_run(tmp_path, "perlmutter", "--configfile", str(own))
+    assert result.returncode != 0
+    assert (
+        "config key 'system': 'cpu' is not scheduled by SLURM, but the profile submits to "
+        "SLURM; pass --config system=<site>"
+    ) in result.stdout + result.stderr
+    result = dry_run(
+        tmp_path, "perlmutter", "--configfile", str(own), "--config", "system=perlmutter"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--gpus=1" in sbatch_line(
+        next(j for j in planned_jobs(result.stdout) if j.name == "baseline")
+    )

@@ -8,6 +8,7 @@ from accelstudy.site import (
     card_count,
     check_account,
     check_cards,
+    check_scheduler,
     check_site,
     check_variables,
     export_scheduler_defaults,
@@ -31,6 +32,13 @@ def test_account_from_the_environment_or_the_config():
 def test_account_is_not_asked_where_nothing_bills():
     check_account(PERLMUTTER, {}, {})  # not a SLURM profile: a local run on a GPU node
     check_account(load_system("voyager"), {"slurm_account": "''"}, {})
+
+
+def test_a_slurm_profile_needs_a_slurm_system():
+    check_scheduler(PERLMUTTER, {"slurm_account": "'x'"})
+    check_scheduler(load_system("cpu"), {})  # local executor on the CPU system
+    with pytest.raises(ConfigError, match="'voyager' is not scheduled by SLURM"):
+        check_scheduler(load_system("voyager"), {"slurm_account": "'x'"})
 
 
 def test_card_counts():

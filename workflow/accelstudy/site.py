@@ -73,6 +73,15 @@ def check_variables(
                 )
 
 
+def check_scheduler(system: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """A SLURM profile (it bills `slurm_account`) needs a system that SLURM schedules."""
+    if "slurm_account" in defaults and system.get("scheduler") != "slurm":
+        raise ConfigError(
+            f"config key 'system': '{system['name']}' is not scheduled by SLURM, but the "
+            "profile submits to SLURM; pass --config system=<site> (e.g. perlmutter, expanse)"
+        )
+
+
 def check_account(
     system: Mapping[str, Any], defaults: Mapping[str, Any], environ: Mapping[str, str]
 ) -> None:
@@ -126,6 +135,7 @@ def check_site(
     """Every site check, in the order a user would want to fix them."""
     export_account(config, environ)
     export_scheduler_defaults(system, environ)
+    check_scheduler(system, defaults)
     check_account(system, defaults, environ)
     check_variables(system, defaults, per_rule, environ)
     check_cards(system, per_rule, multi_node_rules)
