@@ -49,3 +49,15 @@ def test_failure_mid_write_keeps_the_old_file_and_no_temp(tmp_path):
         raise RuntimeError("killed")
     assert json.loads(target.read_text()) == {"old": True}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_scheduler_context():
+    from accelstudy.records import scheduler_context
+
+    assert scheduler_context({}) == {"kind": "local"}
+    slurm = {"SLURM_JOB_ID": "42", "SLURM_JOB_PARTITION": "gpu", "SLURMD_NODENAME": "nid001",
+             "CUDA_VISIBLE_DEVICES": "0,1"}  # fmt: skip
+    assert scheduler_context(slurm) == {"kind": "slurm", "job_id": "42", "partition": "gpu",
+                                        "node": "nid001", "gpus": "0,1"}  # fmt: skip
+    pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "accelstudy-study"}
+    assert scheduler_context(pod) == {"kind": "kubernetes", "pod": "accelstudy-study"}

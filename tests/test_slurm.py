@@ -133,6 +133,26 @@ def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
     assert by_rule["quantize"][0]["TresPerJob"] == "gres:gpu:2"
 
 
+def test_records_name_the_slurm_job_that_wrote_them(slurm_study, cluster):
+    workdir, _ = slurm_study
+    jobs = {job["JobId"]: job for job in scheduler_records(cluster)}
+    base = workdir / "results" / "tiny"
+    for path in [
+        *base.joinpath("baseline").rglob("*.json"),
+        *base.joinpath("ptq").rglob("*/fake.json"),
+    ]:
+        scheduler = json.loads(path.read_text())["provenance"]["scheduler"]
+        assert scheduler["kind"] == "slurm"
+        job = jobs[scheduler["job_id"]]
+        assert job["Account"] == ACCOUNT
+        assert (
+            rule_of(job) in ("baseline", "quantize") and job["Partition"] == scheduler["partition"]
+        )
+        cards = int(job["TresPerJob"].rsplit(":", 1)[1])
+        # the job saw exactly the GPUs SLURM bound to it
+        assert len(scheduler["gpus"].split(",")) == cards
+
+
 def test_second_run_submits_nothing(slurm_study, cluster):
     workdir, _ = slurm_study
     before = len(scheduler_records(cluster))

@@ -89,12 +89,34 @@ def _torch_threads() -> int:
     return torch.get_num_threads()
 
 
+# scheduler context -> the variables SLURM's job step sets
+SLURM_VARIABLES = {
+    "job_id": "SLURM_JOB_ID",
+    "partition": "SLURM_JOB_PARTITION",
+    "node": "SLURMD_NODENAME",
+    "gpus": "CUDA_VISIBLE_DEVICES",
+}
+
+
+def scheduler_context(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Where the job ran: the SLURM job (to match `scontrol`/`sacct` records), a
+    Kubernetes pod, or a plain local process."""
+    environ = dict(os.environ if environ is None else environ)
+    if "SLURM_JOB_ID" in environ:
+        found = {key: environ[var] for key, var in SLURM_VARIABLES.items() if var in environ}
+        return {"kind": "slurm", **found}
+    if "KUBERNETES_SERVICE_HOST" in environ:
+        return {"kind": "kubernetes", "pod": environ.get("HOSTNAME", platform.node())}
+    return {"kind": "local"}
+
+
 def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: float) -> dict:
     return {
         "git_commit": git_commit(),
         "config_hash": config_hash,
         "versions": package_versions(),
         "hardware": hardware(device_name, device_kind),
+        "scheduler": scheduler_context(),
         "wall_time_s": round(wall_s, 3),
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
