@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -66,7 +67,14 @@ def planned_jobs(stdout: str) -> list[PlannedJob]:
     return jobs
 
 
-def sbatch_line(job: PlannedJob) -> str:
+def executor_settings(profile: str) -> SimpleNamespace:
+    """The plugin settings a profile sets (`slurm-requeue: true` -> settings.requeue)."""
+    config = yaml.safe_load((ROOT / "profiles" / profile / "config.yaml").read_text())
+    names = ("requeue", "no_requeue", "qos", "reservation")
+    return SimpleNamespace(**{n: config.get("slurm-" + n.replace("_", "-")) for n in names})
+
+
+def sbatch_line(job: PlannedJob, settings: SimpleNamespace | None = None) -> str:
     """The sbatch call snakemake-executor-plugin-slurm builds for this job."""
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
     from snakemake_executor_plugin_slurm.utils import set_gres_string
@@ -78,15 +86,16 @@ def sbatch_line(job: PlannedJob) -> str:
         "account": f"-A {account}" if account else "",
         "partition": f"-p {partition}" if partition else "", "workdir": "",
     }  # fmt: skip
-    return get_submit_command(job, params) + set_gres_string(job)
+    return get_submit_command(job, params, settings=settings) + set_gres_string(job)
 
 
 def one_per_rule(workdir: Path, profile: str, *args: str, **env: str) -> dict[str, str]:
     result = dry_run(workdir, profile, *args, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     lines: dict[str, set[str]] = {}
+    settings = executor_settings(profile)
     for job in planned_jobs(result.stdout):
-        lines.setdefault(job.name, set()).add(sbatch_line(job))
+        lines.setdefault(job.name, set()).add(sbatch_line(job, settings))
     # every job of a rule asks for the same thing on its first attempt
     assert all(len(v) == 1 for v in lines.values()), lines
     return {rule: v.pop() for rule, v in lines.items()}
@@ -106,6 +115,7 @@ def flags(line: str) -> set[str]:
 def test_perlmutter_jobs(tmp_path):
     plan = one_per_rule(tmp_path, "perlmutter")
     common = {"-A m1234", "-C gpu", "--qos=regular", "--gpus=1", "--cpus-per-task=32"}
+    assert all(" --requeue" in line for line in plan.values())  # preempted: back in the queue
     assert common | {"--mem 64000", "-t 120"} <= flags(plan["baseline"])
     assert common | {"--mem 64000", "-t 60"} <= flags(plan["sensitivity"])
     assert common | {"--mem 64000", "-t 90"} <= flags(plan["quantize"])
