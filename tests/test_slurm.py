@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.test_workflow import TINY_CONFIG
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
@@ -48,10 +47,9 @@ def cluster():
 
 
 def run_through_slurm(env: dict, workdir: Path) -> subprocess.CompletedProcess:
-    config = workdir / "config.yaml"
-    config.write_text(yaml.safe_dump({**TINY_CONFIG, "system": "slurm-test"}))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-           "--profile", str(PROFILE), "--directory", str(workdir), "--configfile", str(config)]  # fmt: skip
+    """The README's command: the profile brings its own tiny study (tiny.yaml)."""
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm-test",
+           "--directory", str(workdir)]  # fmt: skip
     env = {**env, "ACCELSTUDY_ACCOUNT": ACCOUNT}
     # its own session: the plugin's signal handling must not reach pytest
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
