@@ -1,6 +1,7 @@
 # Config validation and input functions shared by all rules.
 import json
 import os
+import sys
 
 from accelstudy.config import ConfigError, load_system, validate_config
 from accelstudy.evaluate.runner import relevant_settings
@@ -13,6 +14,13 @@ try:
 except ConfigError as error:
     # one line naming the key and the fix, not a traceback
     raise SystemExit(f"Error: {error}")
+
+
+# Jobs call the `accelstudy` CLI installed beside this Snakemake (`.venv/bin/snakemake`
+# works without activating the venv; SLURM jobs inherit the PATH through --export=ALL).
+_bin = os.path.dirname(sys.executable)
+if os.path.exists(os.path.join(_bin, "accelstudy")):
+    os.environ["PATH"] = os.pathsep.join([_bin, os.environ.get("PATH", "")])
 
 
 # `--software-deployment-method conda` builds the environment the system's device needs
