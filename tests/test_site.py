@@ -64,3 +64,15 @@ def test_scheduler_defaults_come_from_the_system_file():
         check_variables(
             PERLMUTTER, {}, {"quantize": {"gpu_model": "'$ACCELSTUDY_SLURM_GPU_MODEL'"}}, environ
         )
+
+
+def test_jobs_find_the_cli_beside_snakemake(tmp_path):
+    from accelstudy.paths import put_cli_on_path
+
+    (tmp_path / "accelstudy").write_text("")
+    environ = {"PATH": "/usr/bin"}
+    put_cli_on_path(environ, interpreter=str(tmp_path / "python"))
+    assert environ["PATH"].split(":")[:2] == [str(tmp_path), "/usr/bin"]
+    elsewhere = {"PATH": "/usr/bin"}
+    put_cli_on_path(elsewhere, interpreter=str(tmp_path / "none" / "python"))
+    assert elsewhere == {"PATH": "/usr/bin"}  # no CLI there: PATH left as it was

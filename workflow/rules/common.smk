@@ -1,10 +1,10 @@
 # Config validation and input functions shared by all rules.
 import json
 import os
-import sys
 
 from accelstudy.config import ConfigError, load_system, validate_config
 from accelstudy.evaluate.runner import relevant_settings
+from accelstudy.paths import put_cli_on_path
 from accelstudy.site import check_profile
 
 try:
@@ -16,16 +16,14 @@ except ConfigError as error:
     raise SystemExit(f"Error: {error}")
 
 
-# Jobs call the `accelstudy` CLI installed beside this Snakemake (`.venv/bin/snakemake`
-# works without activating the venv; SLURM jobs inherit the PATH through --export=ALL).
-_bin = os.path.dirname(sys.executable)
-if os.path.exists(os.path.join(_bin, "accelstudy")):
-    os.environ["PATH"] = os.pathsep.join([_bin, os.environ.get("PATH", "")])
+put_cli_on_path(os.environ)
 
 
 # `--software-deployment-method conda` builds the environment the system's device needs
 # (Gaudi runs in its container instead: envs/gaudi/Dockerfile).
-CONDA_ENV = {"cuda": "../../envs/cuda.yaml"}.get(SYSTEM["device"], "../../envs/cpu.yaml")
+CONDA_ENV = {"cuda": "../../envs/cuda.yaml"}.get(
+    SYSTEM["device"], "../../envs/cpu.yaml"
+)
 
 
 # Small CPU jobs run beside Snakemake (a login node under SLURM), not as batch jobs.
