@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from accelstudy.config import ConfigError, load_system
 from accelstudy.site import (
@@ -67,12 +69,38 @@ def test_scheduler_defaults_come_from_the_system_file():
 
 
 def test_jobs_find_the_cli_beside_snakemake(tmp_path):
-    from accelstudy.paths import put_cli_on_path
+    from accelstudy.paths import export_for_jobs
 
     (tmp_path / "accelstudy").write_text("")
     environ = {"PATH": "/usr/bin"}
-    put_cli_on_path(environ, interpreter=str(tmp_path / "python"))
+    export_for_jobs(environ, interpreter=str(tmp_path / "python"))
     assert environ["PATH"].split(":")[:2] == [str(tmp_path), "/usr/bin"]
-    elsewhere = {"PATH": "/usr/bin"}
-    put_cli_on_path(elsewhere, interpreter=str(tmp_path / "none" / "python"))
-    assert elsewhere == {"PATH": "/usr/bin"}  # no CLI there: PATH left as it was
+    elsewhere = {"PATH": "/usr/bin", "ACCELSTUDY_ROOT": "/src/accelstudy"}
+    export_for_jobs(elsewhere, interpreter=str(tmp_path / "none" / "python"))
+    # no CLI there: PATH left as it was; a root the user set wins
+    assert elsewhere == {"PATH": "/usr/bin", "ACCELSTUDY_ROOT": "/src/accelstudy"}
+
+
+def test_conda_envs_install_the_package_from_the_root(tmp_path):
+    """envs/*.yaml name the repository through ${ACCELSTUDY_ROOT}, which pip expands."""
+    import subprocess
+    import sys
+
+    import yaml
+    from accelstudy.paths import PROJECT_ROOT, export_for_jobs
+
+    for name in ("cpu", "cuda"):
+        env = yaml.safe_load((PROJECT_ROOT / "envs" / f"{name}.yaml").read_text())
+        (pip_deps,) = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
+        assert "-e ${ACCELSTUDY_ROOT}[slurm]" in pip_deps
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("-e ${ACCELSTUDY_ROOT}\n")
+    environ = {}
+    export_for_jobs(environ)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-build-isolation",
+         "--no-index", "-r", str(requirements)],
+        env={**os.environ, **environ}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Would install accelstudy" in result.stdout

@@ -11,9 +11,15 @@ RESOURCES = PROJECT_ROOT / "resources"
 SYSTEMS = PROJECT_ROOT / "config" / "systems"
 
 
-def put_cli_on_path(environ: MutableMapping[str, str], interpreter: str = sys.executable) -> None:
-    """Jobs call the `accelstudy` CLI installed beside the Python running Snakemake, so
-    `.venv/bin/snakemake` works without activating the venv (SLURM jobs inherit PATH)."""
+def export_for_jobs(environ: MutableMapping[str, str], interpreter: str = sys.executable) -> None:
+    """What jobs and `--sdm conda` environments need from the process running Snakemake.
+
+    ACCELSTUDY_ROOT: envs/*.yaml install the package from it (conda copies an env file
+    under .snakemake/conda/, so a relative path would point there). PATH: jobs call the
+    `accelstudy` CLI installed beside this Python, so `.venv/bin/snakemake` works without
+    activating the venv (SLURM jobs inherit both through --export=ALL).
+    """
+    environ.setdefault("ACCELSTUDY_ROOT", str(PROJECT_ROOT))
     bin_dir = os.path.dirname(interpreter)
     if os.path.exists(os.path.join(bin_dir, "accelstudy")):
         environ["PATH"] = os.pathsep.join([bin_dir, environ.get("PATH", "")])

@@ -4,7 +4,7 @@ import os
 
 from accelstudy.config import ConfigError, load_system, validate_config
 from accelstudy.evaluate.runner import relevant_settings
-from accelstudy.paths import put_cli_on_path
+from accelstudy.paths import export_for_jobs
 from accelstudy.site import check_profile
 
 try:
@@ -16,7 +16,7 @@ except ConfigError as error:
     raise SystemExit(f"Error: {error}")
 
 
-put_cli_on_path(os.environ)
+export_for_jobs(os.environ)
 
 
 # `--software-deployment-method conda` builds the environment the system's device needs
