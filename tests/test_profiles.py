@@ -119,8 +119,9 @@ def test_perlmutter_jobs(tmp_path):
     assert common | {"--mem 64000", "-t 120"} <= flags(plan["baseline"])
     assert common | {"--mem 64000", "-t 60"} <= flags(plan["sensitivity"])
     assert common | {"--mem 64000", "-t 90"} <= flags(plan["quantize"])
-    # Perlmutter selects GPU nodes by constraint, not partition; no task geometry is set,
-    # so the plugin does not start one copy per GPU
+    # the profile names no partition (Perlmutter selects GPU nodes by constraint and QOS;
+    # the plugin then passes the cluster's default from sinfo), and no task geometry, so
+    # the plugin starts one copy of the job rather than one per GPU
     assert not any(f.startswith(("-p ", "--ntasks")) for f in flags(plan["baseline"]))
 
 
@@ -139,14 +140,18 @@ def test_expanse_jobs(tmp_path):
     plan = one_per_rule(tmp_path, "expanse")
     common = {"-A m1234", "--gpus=1", "--mem 92000", "--cpus-per-task=10"}
     assert common | {"-p gpu-shared", "-t 120"} <= flags(plan["baseline"])
-    assert common | {"-p gpu-debug", "-t 30"} <= flags(plan["sensitivity"])
+    assert common | {"-p gpu-shared", "-t 30"} <= flags(plan["sensitivity"])
     assert common | {"-p gpu-shared", "-t 90"} <= flags(plan["quantize"])
     # every Expanse job states its memory, small ones included
     assert all("--mem " in line for line in plan.values())
+    # short per-layer jobs may start in the debug queue, by choice
+    plan = one_per_rule(tmp_path, "expanse", ACCELSTUDY_SLURM_SHORT_PARTITION="gpu-debug")
+    assert {"-p gpu-debug", "-t 30"} <= flags(plan["sensitivity"])
+    assert "-p gpu-shared" in plan["quantize"]
 
 
 @pytest.mark.parametrize("profile", ["perlmutter", "expanse"])
-def test_a_retry_gets_more_time(profile):
+def test_a_retry_gets_more_time(profile, monkeypatch):
     """A time-out is retried (profile `retries`) with runtime x attempt."""
     from snakemake.resources import Resources
 
@@ -158,6 +163,7 @@ def test_a_retry_gets_more_time(profile):
                    threads=1, rulename=rule, async_run=None).value for a in (1, 2)}  # fmt: skip
         assert runtime[2] == 2 * runtime[1], rule
     if profile == "expanse":
+        monkeypatch.setenv("ACCELSTUDY_SLURM_SHORT_PARTITION", "gpu-debug")
         partition = Resources.parse(
             [f"slurm_partition={config['set-resources']['sensitivity']['slurm_partition']}"],
             allow_expressions=True,

@@ -56,8 +56,8 @@ def test_scheduler_context():
 
     assert scheduler_context({}) == {"kind": "local"}
     slurm = {"SLURM_JOB_ID": "42", "SLURM_JOB_PARTITION": "gpu", "SLURMD_NODENAME": "nid001",
-             "CUDA_VISIBLE_DEVICES": "0,1"}  # fmt: skip
+             "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "2,3"}  # fmt: skip
     assert scheduler_context(slurm) == {"kind": "slurm", "job_id": "42", "partition": "gpu",
-                                        "node": "nid001", "gpus": "0,1"}  # fmt: skip
+                                        "node": "nid001", "gpus": "0,1", "job_gpus": "2,3"}  # fmt: skip
     pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "accelstudy-study"}
     assert scheduler_context(pod) == {"kind": "kubernetes", "pod": "accelstudy-study"}

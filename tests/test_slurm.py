@@ -149,6 +149,8 @@ def test_records_name_the_slurm_job_that_wrote_them(slurm_study, cluster):
         cards = int(job["TresPerJob"].rsplit(":", 1)[1])
         # the job saw exactly the GPUs SLURM bound to it
         assert len(scheduler["gpus"].split(",")) == cards
+        if "job_gpus" in scheduler:
+            assert len(scheduler["job_gpus"].split(",")) == cards
 
 
 def test_second_run_submits_nothing(slurm_study, cluster):

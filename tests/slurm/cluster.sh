@@ -43,6 +43,19 @@ wait_for() {
 }
 
 start() {
+    # The jobstep executor strips SLURM_CONF before its nested srun, so srun inside a job
+    # finds the cluster only at the default path: it gets linked there, which needs that
+    # path free (no real slurm.conf, no other live test cluster).
+    if [[ -e $DEFAULT_CONF && ! -L $DEFAULT_CONF ]]; then
+        echo "cluster.sh: $DEFAULT_CONF exists and is not a test cluster's link; refusing" >&2
+        return 1
+    fi
+    local other
+    other=$(dirname "$(readlink "$DEFAULT_CONF" 2>/dev/null || echo /nonexistent/x)")
+    if [[ -f $other/slurmctld.pid ]] && kill -0 "$(cat "$other/slurmctld.pid")" 2>/dev/null; then
+        echo "cluster.sh: another test cluster ($other) is running; stop it first" >&2
+        return 1
+    fi
     mkdir -p "$DIR"/{munge,key,state,spool,log,gpu}
     DIR=$(cd "$DIR" && pwd)
     local node ctld_port node_port cpus mem_mb
@@ -107,12 +120,6 @@ NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:4 
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=$node MaxTime=INFINITE State=UP
 EOF
-    # The jobstep executor strips SLURM_CONF before its nested srun, so srun inside a job
-    # finds the cluster only at the default path; link it there unless a real one exists.
-    if [[ -e $DEFAULT_CONF && ! -L $DEFAULT_CONF ]]; then
-        echo "cluster.sh: $DEFAULT_CONF exists and is not a test cluster's link; refusing" >&2
-        return 1
-    fi
     mkdir -p "$(dirname "$DEFAULT_CONF")"
     ln -sfn "$DIR/slurm.conf" "$DEFAULT_CONF"
     cat >"$DIR/env.sh" <<EOF
@@ -128,13 +135,21 @@ EOF
 }
 
 stop() {
+    [[ -d $DIR ]] || return 0
+    DIR=$(cd "$DIR" && pwd)
     local pidfile pid
+    # Without cgroups, job processes outlive slurmd: cancel every job and let them end.
+    if [[ -f $DIR/slurmctld.pid ]] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
+        export SLURM_CONF=$DIR/slurm.conf
+        squeue -h -o %A | xargs -r scancel --full 2>/dev/null || true
+        for _ in $(seq 60); do [[ -z $(squeue -h -o %A 2>/dev/null) ]] && break; sleep 0.5; done
+    fi
     for pidfile in "$DIR/slurmd.pid" "$DIR/slurmctld.pid" "$DIR/munge/munged.pid"; do
         [[ -f $pidfile ]] || continue
         pid=$(cat "$pidfile")
         if kill "$pid" 2>/dev/null; then
             for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-            kill -9 "$pid" 2>/dev/null || true
+            if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; fi
         fi
         rm -f "$pidfile"
     done

@@ -94,7 +94,8 @@ SLURM_VARIABLES = {
     "job_id": "SLURM_JOB_ID",
     "partition": "SLURM_JOB_PARTITION",
     "node": "SLURMD_NODENAME",
-    "gpus": "CUDA_VISIBLE_DEVICES",
+    "gpus": "CUDA_VISIBLE_DEVICES",  # as the job sees them (renumbered from 0)
+    "job_gpus": "SLURM_JOB_GPUS",  # the node's GPU indices SLURM bound to the job
 }
 
 

@@ -106,17 +106,14 @@ def card_count(raw: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def check_cards(
-    system: Mapping[str, Any],
-    per_rule: Mapping[str, Mapping[str, Any]],
-    multi_node_rules: frozenset[str] = frozenset(),
-) -> None:
-    """No single-node rule may ask for more cards than one node of the system has."""
+def check_cards(system: Mapping[str, Any], per_rule: Mapping[str, Mapping[str, Any]]) -> None:
+    """No rule may ask for more cards than one node of the system has (every rule runs on
+    one node today; multi-node rules will come with multi-node launchers)."""
     resource = system.get("card_resource", "gpu")
     limit = int(system["cards_per_node"])
     for rule, values in sorted(per_rule.items()):
         cards = card_count(values.get(resource)) if resource in values else None
-        if cards is not None and cards > limit and rule not in multi_node_rules:
+        if cards is not None and cards > limit:
             raise ConfigError(
                 f"resource '{rule}:{resource}': {cards} cards, but a {system['name']} node "
                 f"has {limit}; rule '{rule}' runs on one node, so ask for at most {limit} "
@@ -130,7 +127,6 @@ def check_site(
     defaults: Mapping[str, Any],
     per_rule: Mapping[str, Mapping[str, Any]],
     environ: MutableMapping[str, str],
-    multi_node_rules: frozenset[str] = frozenset(),
 ) -> None:
     """Every site check, in the order a user would want to fix them."""
     export_account(config, environ)
@@ -138,7 +134,7 @@ def check_site(
     check_scheduler(system, defaults)
     check_account(system, defaults, environ)
     check_variables(system, defaults, per_rule, environ)
-    check_cards(system, per_rule, multi_node_rules)
+    check_cards(system, per_rule)
 
 
 def check_profile(
