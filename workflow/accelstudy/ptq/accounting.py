@@ -11,7 +11,7 @@ from pathlib import Path
 from safetensors.torch import save_file
 from torch import nn
 
-from accelstudy.ptq.prune import decoder_layers, layer_linears
+from accelstudy.ptq.prune import decoder_linears
 
 
 def paper_ratio(
@@ -46,10 +46,9 @@ def saved_bytes(model: nn.Module) -> int:
         return os.path.getsize(path)
 
 
-def linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
-    return [
-        tuple(m.weight.shape) for layer in decoder_layers(model) for _, m in layer_linears(layer)
-    ]
+def linear_shapes(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """Decoder Linear key ('layer-07.mlp.up_proj') -> weight shape (out, in)."""
+    return {e.key: tuple(e.linear.weight.shape) for e in decoder_linears(model)}
 
 
 def prepared_bytes(model_dir: Path) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from accelstudy.ptq.prune import decoder_layers, layer_linears
+from accelstudy.ptq.prune import decoder_linears
 
 
 def quantize_dequantize(weight: torch.Tensor, bits: int, group_size: int = 128,
@@ -46,21 +46,16 @@ def fake_quantize(model: nn.Module, module_bits: dict[str, int | None], group_si
     Linears changed.
     """
     changed = 0
-    for index, layer in enumerate(decoder_layers(model)):
-        for name, linear in layer_linears(layer):
-            bits = module_bits.get(f"layer-{index:02d}.{name}")
-            if bits is None:
-                continue
-            linear.weight.copy_(quantize_dequantize(linear.weight, bits, group_size, symmetric))
-            changed += 1
+    for entry in decoder_linears(model):
+        bits = module_bits.get(entry.key)
+        if bits is None:
+            continue
+        weight = entry.linear.weight
+        weight.copy_(quantize_dequantize(weight, bits, group_size, symmetric))
+        changed += 1
     return changed
 
 
 def layer_map(layer_bits: dict[int, int], model: nn.Module) -> dict[str, int]:
     """Expand layer -> bits to every decoder Linear of each layer."""
-    return {
-        f"layer-{index:02d}.{name}": layer_bits[index]
-        for index, layer in enumerate(decoder_layers(model))
-        if index in layer_bits
-        for name, _ in layer_linears(layer)
-    }
+    return {e.key: layer_bits[e.layer] for e in decoder_linears(model) if e.layer in layer_bits}

@@ -39,6 +39,26 @@ def layer_linears(layer: nn.Module) -> list[tuple[str, nn.Linear]]:
     return [(n, m) for n, m in layer.named_modules() if isinstance(m, nn.Linear)]
 
 
+@dataclass(frozen=True)
+class DecoderLinear:
+    """One Linear inside a decoder layer, under the key every PTQ stage shares."""
+
+    key: str  # "layer-07.mlp.up_proj": assignments, recipes and accounting use it
+    layer: int
+    parent: nn.Module  # the decoder layer
+    name: str  # "mlp.up_proj", relative to the decoder layer
+    linear: nn.Linear
+
+
+def decoder_linears(model: nn.Module) -> list[DecoderLinear]:
+    """Every Linear of the decoder layers, in order (lm_head and embeddings excluded)."""
+    return [
+        DecoderLinear(f"layer-{index:02d}.{name}", index, layer, name, linear)
+        for index, layer in enumerate(decoder_layers(model))
+        for name, linear in layer_linears(layer)
+    ]
+
+
 def targets(model: nn.Module, granularity: str, family: str = "mlp") -> list[Target]:
     """Every pruning target of the model, in layer order."""
     if granularity not in GRANULARITIES:

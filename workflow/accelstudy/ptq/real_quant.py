@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accelstudy.ptq.prune import decoder_layers, layer_linears
+from accelstudy.ptq.prune import decoder_layers, decoder_linears, layer_linears
 
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
@@ -94,26 +94,23 @@ def _replace(layer: nn.Module, name: str, module: nn.Module) -> None:
 @torch.no_grad()
 def quantize_nvidia(model: nn.Module, module_bits: dict[str, int], group_size: int = 128) -> None:
     """Per decoder Linear: 16 -> float16 storage; 8 -> int8 groups; 4 -> packed int4 groups."""
-    for index, layer in enumerate(decoder_layers(model)):
-        for name, linear in layer_linears(layer):
-            bits = module_bits[f"layer-{index:02d}.{name}"]
-            if bits >= 16:
-                module = CastLinear(linear, torch.float16)
-            else:
-                module = GroupQuantLinear(linear, 8 if bits > 4 else 4, group_size)
-            _replace(layer, name, module)
+    for entry in decoder_linears(model):
+        bits = module_bits[entry.key]
+        if bits >= 16:
+            module = CastLinear(entry.linear, torch.float16)
+        else:
+            module = GroupQuantLinear(entry.linear, 8 if bits > 4 else 4, group_size)
+        _replace(entry.parent, entry.name, module)
 
 
 @torch.no_grad()
 def quantize_fp8_standin(model: nn.Module, module_dtype: dict[str, str], fp8_format: str) -> None:
     """`module_dtype`: 'layer-07.mlp.down_proj' (or 'layer-07') -> 'bf16' | 'fp8'."""
     fp8 = FP8_FORMATS[fp8_format]
-    for index, layer in enumerate(decoder_layers(model)):
-        for name, linear in layer_linears(layer):
-            choice = module_dtype.get(
-                f"layer-{index:02d}.{name}", module_dtype.get(f"layer-{index:02d}", "bf16")
-            )
-            _replace(layer, name, CastLinear(linear, fp8 if choice == "fp8" else torch.bfloat16))
+    for entry in decoder_linears(model):
+        choice = module_dtype.get(entry.key, module_dtype.get(f"layer-{entry.layer:02d}", "bf16"))
+        dtype = fp8 if choice == "fp8" else torch.bfloat16
+        _replace(entry.parent, entry.name, CastLinear(entry.linear, dtype))
 
 
 FP8_BLOCKLIST = ["lm_head", "model.norm", "model.embed_tokens"]

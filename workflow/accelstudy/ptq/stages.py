@@ -19,7 +19,7 @@ from accelstudy.ptq import accounting
 from accelstudy.ptq.calibration import Calibration, choice_calibration, perplexity_calibration
 from accelstudy.ptq.clustering import assign_bits
 from accelstudy.ptq.fake_quant import fake_quantize, layer_map
-from accelstudy.ptq.prune import decoder_layers, layer_linears, targets
+from accelstudy.ptq.prune import decoder_layers, decoder_linears, targets
 from accelstudy.ptq.real_quant import (
     bits_per_weight,
     module_names,
@@ -125,11 +125,7 @@ def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_laye
 def module_assignment(model, spec: dict[str, Any], source: Path) -> dict[str, int | None]:
     """Every decoder Linear ('layer-07.mlp.up_proj') -> its bits; None where the assignment
     does not cover it (a submodule scan of one family), which then stays high precision."""
-    keys = [
-        f"layer-{i:02d}.{name}"
-        for i, layer in enumerate(decoder_layers(model))
-        for name, _ in layer_linears(layer)
-    ]
+    keys = [entry.key for entry in decoder_linears(model)]
     if "module_bits" in spec:
         unknown = sorted(set(spec["module_bits"]) - set(keys))
         if unknown:
@@ -162,7 +158,7 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
     model, tokenizer = load_prepared(model_dir)
     spec = json.loads(Path(assignment).read_text())
     module_bits = module_assignment(model, spec, assignment)
-    shapes = dict(zip(module_bits, accounting.linear_shapes(model), strict=True))
+    shapes = accounting.linear_shapes(model)
     fp32_bytes = accounting.prepared_bytes(model_dir)
     high = {key: 16 if bits is None else bits for key, bits in module_bits.items()}
     if recipe == "fake":
