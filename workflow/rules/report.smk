@@ -10,6 +10,7 @@ rule report:
         markdown=f"{RESULTS}/report/report.md",
         records_csv=f"{RESULTS}/tables/records.csv",
         records_parquet=f"{RESULTS}/tables/records.parquet",
+        table1=f"{RESULTS}/tables/table1.csv",
         baseline=report(
             f"{RESULTS}/tables/baseline.csv",
             caption="../report/baseline_table.rst",
