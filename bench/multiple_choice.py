@@ -30,7 +30,7 @@ def main() -> int:
     for task in ("hellaswag", "boolq"):
         spec = CHOICE_PROTOCOLS[(task, "paper")]
         requests = [spec.build(r) for r in standin_rows(task, "validation")[: args.items]]
-        inputs = [tokenize_request(tokenizer, r, spec.prepend_bos) for r in requests]
+        inputs = [tokenize_request(tokenizer, r, spec, 2048) for r in requests]
 
         def run(score, inputs=inputs):
             return [score(model, ctx, conts) for ctx, conts in inputs]
@@ -53,8 +53,8 @@ def main() -> int:
             for a, b in zip(sa, sb, strict=True)
         )
         same = all(
-            decide(r, a, spec.normalisation).prediction
-            == decide(r, b, spec.normalisation).prediction
+            decide(r, a, spec).prediction
+            == decide(r, b, spec).prediction
             for r, a, b in zip(requests, shared, separate, strict=True)
         )
         speedup = times["separate"] / times["shared"]

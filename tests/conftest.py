@@ -33,6 +33,16 @@ def tiny():
 
 
 @pytest.fixture(scope="session")
+def tiny_bos():
+    """The same model with a tokenizer that, like Llama's, prepends BOS to every text."""
+    from accelstudy.models import tiny_random_llama
+
+    return tiny_random_llama(
+        layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, seed=0, add_bos=True
+    )
+
+
+@pytest.fixture(scope="session")
 def cpu():
     from accelstudy.device import resolve
 

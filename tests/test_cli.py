@@ -40,3 +40,18 @@ def test_prepare_data_with_wrong_columns(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert "missing column(s) ['activity_label', 'ctx_a', 'ctx_b']" in last
     assert not out.exists()
+
+
+def test_prepare_data_with_a_bad_value_is_one_line(tmp_path):
+    bad = tmp_path / "boolq.jsonl"
+    bad.write_text(json.dumps({"question": "q", "passage": "p", "answer": "maybe"}) + "\n")
+    spec = json.dumps({"source": "local", "files": {"validation": str(bad)}})
+    out = tmp_path / "out.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "accelstudy", "prepare-data", "--task", "boolq",
+         "--spec", spec, "--split", "validation", "--out", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr.strip().count("\n") == 0
+    assert "row 1: column 'answer' value 'maybe'" in result.stderr

@@ -50,7 +50,8 @@ def test_boolq_standin_answers_are_balanced(standin):
 
 def test_wikitext_standin_looks_like_wikitext(standin):
     rows = standin["wikitext"]
-    assert rows[0]["text"].startswith(" = ") and rows[0]["text"].endswith(" = \n")
+    assert rows[0]["text"] == "" and rows[2]["text"] == ""  # blank lines, as HF stores them
+    assert rows[1]["text"].startswith(" = ") and rows[1]["text"].endswith(" = \n")
     assert sum(len(r["text"]) for r in rows) > 40_000
 
 
@@ -89,3 +90,58 @@ def test_prepare_split_round_trips_and_never_leaves_partial_output(tmp_path):
         prepare_split("boolq", {"source": "local", "files": {"train": str(bad)}}, "train", target)
     assert not target.exists()
     assert [p.name for p in out.parent.iterdir()] == ["validation.jsonl"]
+
+
+HELLASWAG_ROW = {"activity_label": "a", "ctx_a": "x", "ctx_b": "y",
+                 "endings": ["e1", "e2", "e3", "e4"], "label": "2"}  # fmt: skip
+BOOLQ_ROW = {"question": "q", "passage": "p", "answer": True}
+
+
+def _write(tmp_path, task: str, rows: list[dict]) -> dict:
+    path = tmp_path / f"{task}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"source": "local", "files": {"validation": str(path)}}
+
+
+@pytest.mark.parametrize(
+    ("task", "column", "value", "requirement"),
+    [
+        ("hellaswag", "label", "7", "from 0 to 3"),
+        ("hellaswag", "label", "two", "from 0 to 3"),
+        ("hellaswag", "label", 1.5, "from 0 to 3"),
+        ("hellaswag", "endings", ["e1", ""], "list of non-empty strings"),
+        ("hellaswag", "endings", "e1 e2", "list of non-empty strings"),
+        ("hellaswag", "ctx_a", " ", "non-empty string"),
+        ("boolq", "answer", "maybe", '"true"/"false"'),
+        ("boolq", "answer", "no", '"true"/"false"'),
+        ("boolq", "answer", 2, '"true"/"false"'),
+        ("boolq", "question", "", "non-empty string"),
+        ("boolq", "passage", None, "non-empty string"),
+        ("wikitext", "text", 42, "is not a string"),
+    ],
+)
+def test_bad_values_stop_with_file_row_column_value(tmp_path, task, column, value, requirement):
+    good = {"hellaswag": HELLASWAG_ROW, "boolq": BOOLQ_ROW, "wikitext": {"text": " a \n"}}[task]
+    spec = _write(tmp_path, task, [good, good, {**good, column: value}])
+    with pytest.raises(DataSourceError) as error:
+        load_split(task, spec, "validation")
+    message = str(error.value)
+    assert message.startswith(f"data file '{tmp_path / task}.jsonl' row 3: column '{column}' ")
+    assert repr(value) in message and requirement in message and "\n" not in message
+
+
+def test_values_are_normalised(tmp_path):
+    answers = [True, False, 1, 0, "TRUE", "false", " True "]
+    rows = load_split("boolq", _write(tmp_path, "boolq", [{**BOOLQ_ROW, "answer": a} for a in answers]),
+                      "validation")  # fmt: skip
+    assert [r["answer"] for r in rows] == [True, False, True, False, True, False, True]
+    labels = load_split("hellaswag", _write(tmp_path, "hellaswag", [HELLASWAG_ROW, {**HELLASWAG_ROW, "label": 0}]),
+                        "validation")  # fmt: skip
+    assert [r["label"] for r in labels] == [2, 0]
+
+
+def test_empty_csv_cell_is_an_empty_wikitext_line(tmp_path):
+    path = tmp_path / "wiki.csv"
+    path.write_text('text\n" = A = \n"\n\n" a line \n"\n')
+    rows = load_split("wikitext", {"source": "local", "files": {"test": str(path)}}, "test")
+    assert rows == [{"text": " = A = \n"}, {"text": ""}, {"text": " a line \n"}]

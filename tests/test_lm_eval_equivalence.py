@@ -1,7 +1,7 @@
 """Our lm-eval protocol gives EleutherAI lm-evaluation-harness's own numbers.
 
 lm_eval.simple_evaluate runs HFLM around the same in-memory tiny model, with lm-eval's own
-hellaswag and boolq task definitions pointed at the same local data.
+hellaswag, boolq and wikitext task definitions pointed at the same local data.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def _task_yaml(tmp: Path, task: str, rows: list[dict]) -> str:
     base = {
         "hellaswag": TASKS_DIR / "hellaswag" / "hellaswag.yaml",
         "boolq": TASKS_DIR / "super_glue" / "boolq" / "default.yaml",
+        "wikitext": TASKS_DIR / "wikitext" / "wikitext.yaml",
     }[task]
     lines = [
         f"include: {base}",
@@ -40,6 +41,7 @@ def _task_yaml(tmp: Path, task: str, rows: list[dict]) -> str:
         f"    validation: {data}",
         "training_split: null",
         "validation_split: validation",
+        "test_split: null",
     ]
     if task == "boolq":  # google/boolq's schema has a boolean `answer`, not super_glue's `label`
         lines.append('doc_to_target: "{{ answer | int }}"')
@@ -47,9 +49,10 @@ def _task_yaml(tmp: Path, task: str, rows: list[dict]) -> str:
     return name
 
 
+@pytest.mark.parametrize("fixture", ["tiny", "tiny_bos"])
 @pytest.mark.parametrize("task", ["hellaswag", "boolq"])
-def test_lm_eval_protocol_matches_the_harness(task, tiny, cpu, standin, tmp_path):
-    model, tokenizer = tiny
+def test_lm_eval_protocol_matches_the_harness(task, fixture, request, cpu, standin, tmp_path):
+    model, tokenizer = request.getfixturevalue(fixture)
     rows = standin[task][:N_ITEMS]
     name = _task_yaml(tmp_path, task, rows)
     lm = HFLM(
@@ -71,3 +74,62 @@ def test_lm_eval_protocol_matches_the_harness(task, tiny, cpu, standin, tmp_path
     for sample, item in zip(samples, items, strict=True):
         theirs = [resp[0][0] for resp in sample["resps"]]
         assert item["loglikelihoods"] == pytest.approx(theirs, abs=1e-4)
+
+
+def _raw_wikitext(standin: dict) -> str:
+    """A raw file as WikiText-2 raw writes one: ' ' blank lines, ' = Title = ' headings,
+    ' = = Section = = ' subheadings, tokenised punctuation and ' @-@ ' number artefacts."""
+    paragraphs = [r["text"].strip() for r in standin["wikitext"] if len(r["text"]) > 80][:12]
+    lines = [" "]
+    for article in range(3):
+        lines += [f" = Article {article} = ", " "]
+        for i, text in enumerate(paragraphs[article * 4 : article * 4 + 4]):
+            text = text.replace(",", " ,").replace(".", " .").replace("'s", " 's")
+            lines.append(f' {text} In 1 @,@ 800 the 2 @-@ 3 ( mid ) " x " : y ; it \'s N . ')
+            if i == 1:
+                lines += [" ", " = = Section = = ", " "]
+        lines.append(" ")
+    return "\n".join(lines) + "\n"
+
+
+def _builder_pages(raw: str) -> list[str]:
+    """EleutherAI/wikitext_document_level's builder, applied to the raw file's text."""
+    pages, current = [], []
+    for line in raw.split("\n"):
+        collapsed = line.replace("= = =", "===").replace("= =", "==").strip()
+        if collapsed.startswith("= ") and collapsed.strip().endswith(" ="):
+            if "\n".join(current).strip():
+                pages.append("\n".join(current))
+            current = []
+        current.append(line)
+    return [*pages, "\n".join(current)]
+
+
+@pytest.mark.parametrize("fixture", ["tiny", "tiny_bos"])
+def test_lm_eval_wikitext_matches_the_harness(fixture, request, cpu, standin, tmp_path):
+    """lm-eval's own `wikitext` task on document-level pages built from a raw file, against
+    our protocol on the same file as HF's line-level rows (blank lines stored as "").
+
+    A whitespace-only raw line other than " " would differ in bytes: HF's rows keep no trace
+    of its width, and WikiText's raw files hold none (evaluate/perplexity.raw_lines)."""
+    model, tokenizer = request.getfixturevalue(fixture)
+    raw = _raw_wikitext(standin)
+    pages = _builder_pages(raw)
+    assert len(pages) == 3 and "= = Section = =" in pages[0] and "@-@" in pages[0]
+    name = _task_yaml(tmp_path, "wikitext", [{"page": p} for p in pages])
+    lm = HFLM(
+        pretrained=model, tokenizer=tokenizer, batch_size=1,
+        max_length=EVAL_SETTINGS["lm_eval_max_length"], device="cpu",
+    )  # fmt: skip
+    out = lm_eval.simple_evaluate(
+        model=lm, tasks=[name], task_manager=TaskManager(include_path=str(tmp_path)),
+        num_fewshot=0, bootstrap_iters=0,
+    )  # fmt: skip
+    harness = out["results"][name]
+    # HF's `wikitext` builder: each raw line with its newline, whitespace-only lines as ""
+    rows = [{"text": line if line.strip() else ""} for line in raw.splitlines(keepends=True)]
+    ours, _ = evaluate_task(model, tokenizer, "wikitext", "lm-eval", rows, EVAL_SETTINGS, cpu)
+    assert ours["documents"] == len(pages)
+    assert ours["target_tokens"] > EVAL_SETTINGS["lm_eval_max_length"]  # several windows
+    for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+        assert ours[metric] == pytest.approx(harness[f"{metric},none"], rel=1e-6), metric

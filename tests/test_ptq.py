@@ -72,7 +72,7 @@ def test_prefix_reuse_equals_naive_scan(model, standin, task):
     if task == "wikitext":
         calibration = perplexity_calibration(tokenizer, standin["wikitext"], 64, 4, 8)
     else:
-        calibration = choice_calibration(tokenizer, "hellaswag", standin["hellaswag"], 12)
+        calibration = choice_calibration(tokenizer, "hellaswag", standin["hellaswag"], 12, 2048)
     all_targets = targets(model, "layer")
     base_fast, fast, _ = scan(model, calibration, all_targets, 0.3, prefix_reuse=True)
     base_slow, slow, _ = scan(model, calibration, all_targets, 0.3, prefix_reuse=False)

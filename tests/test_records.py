@@ -61,3 +61,22 @@ def test_scheduler_context():
                                         "node": "nid001", "gpus": "0,1", "job_gpus": "2,3"}  # fmt: skip
     pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "accelstudy-study"}
     assert scheduler_context(pod) == {"kind": "kubernetes", "pod": "accelstudy-study"}
+
+
+@pytest.mark.parametrize(("umask", "file_mode", "dir_mode"), [(0o002, 0o664, 0o775),
+                                                              (0o077, 0o600, 0o700)])  # fmt: skip
+def test_atomic_writes_take_the_umask_modes(umask, file_mode, dir_mode, tiny, tmp_path):
+    """Shared project directories: what open()/mkdir() would give, not mkstemp's 0600."""
+    import os
+
+    from accelstudy.models import save_prepared
+
+    old = os.umask(umask)
+    try:
+        write_record(tmp_path / "r.json", record())
+        save_prepared(*tiny, tmp_path / "model")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == file_mode
+    assert (tmp_path / "model").stat().st_mode & 0o777 == dir_mode
+    assert {p.stat().st_mode & 0o777 for p in (tmp_path / "model").iterdir()} == {file_mode}

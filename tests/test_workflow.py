@@ -33,11 +33,13 @@ TINY_CONFIG = {
 }
 
 
-def snakemake(workdir: Path, *args: str, config: dict | None = None) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, config: dict | None = None, umask: int = -1
+) -> subprocess.CompletedProcess:
     config_path = workdir / "config.yaml"
     config_path.write_text(yaml.safe_dump(config or TINY_CONFIG))
     cmd = [*SNAKEMAKE, "--directory", str(workdir), "--configfile", str(config_path), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, umask=umask)
 
 
 def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
@@ -59,9 +61,20 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("study")
-    result = snakemake(workdir, "--cores", "2")
+    # a project directory shared with a group: results must come out group-readable
+    result = snakemake(workdir, "--cores", "2", umask=0o002)
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
+
+
+def test_results_get_the_umask_modes(study):
+    """Every file and directory under results/ as open()/mkdir() would make it under umask
+    002, although records, tables and the model directory are written atomically."""
+    paths = [p for p in (study / "results").rglob("*") if not p.is_symlink()]
+    assert any(p.suffix == ".json" for p in paths) and any(p.is_dir() for p in paths)
+    wrong = [(str(p), oct(p.stat().st_mode & 0o777)) for p in paths
+             if p.stat().st_mode & 0o777 != (0o775 if p.is_dir() else 0o664)]  # fmt: skip
+    assert not wrong
 
 
 def test_records_have_real_values(study, cpu):

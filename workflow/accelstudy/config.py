@@ -73,6 +73,9 @@ def _explain(error: jsonschema.ValidationError) -> str:
         )
     if error.validator == "required":
         return f"config key '{key}': {error.message}"
+    if error.validator == "oneOf" and "description" in error.schema:
+        expected = error.schema["description"]
+        return f"config key '{key}': {error.instance!r} is not valid; expected {expected}"
     return f"config key '{key}': {error.message}"
 
 

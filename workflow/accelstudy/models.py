@@ -26,6 +26,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from accelstudy.records import umask_mode
+
 # GGUF architectures that transformers can turn into a causal LM.
 GGUF_CAUSAL_ARCHITECTURES = {
     "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2",
@@ -85,9 +87,12 @@ def check_gguf_is_causal_lm(path: Path) -> str:
     return arch
 
 
-def train_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """A byte-level BPE trained in-process on the stand-in corpus: no download, deterministic."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained in-process on the stand-in corpus: no download, deterministic.
+
+    `add_bos`: `tokenizer(text)` prepends BOS, as Llama's tokenizer does (SmolLM2's does not).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     from accelstudy.data.standin import corpus_paragraphs
 
@@ -101,6 +106,11 @@ def train_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         show_progress=False,
     )
     tok.train_from_iterator((text for _, text in corpus_paragraphs()), trainer=trainer)
+    if add_bos:
+        bos = ("<s>", tok.token_to_id("<s>"))
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[bos]
+        )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
     )
@@ -114,9 +124,10 @@ def tiny_random_llama(
     intermediate: int = 128,
     vocab: int = 512,
     seed: int = 0,
+    add_bos: bool = False,
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """A randomly initialised Llama and a matching tokenizer, built in-process for tests."""
-    tokenizer = train_tiny_tokenizer(vocab)
+    tokenizer = train_tiny_tokenizer(vocab, add_bos)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
@@ -177,9 +188,12 @@ def save_prepared(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, ou
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask_mode(tmp, directory=True)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for written in tmp.rglob("*"):  # safetensors are written 0600 as well
+            umask_mode(written, written.is_dir())
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

@@ -27,12 +27,26 @@ from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "numpy", "snakemake", "lm_eval")
 
 
+def current_umask() -> int:
+    """The process umask (read by setting it, so set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def umask_mode(path: str | Path, directory: bool = False) -> None:
+    """Give `path` the mode `open()` / `mkdir()` would: mkstemp and mkdtemp create 0600 /
+    0700, which would hide results from the group a project directory is shared with."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
     """Open a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask_mode(tmp)
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle

@@ -63,7 +63,7 @@ rule cluster:
     params:
         bits=lambda wildcards: json.dumps([int(b) for b in wildcards.bits.split("-")]),
         method=PTQ["clustering"],
-        remainder=PTQ["remainder"],
+        remainder=ptq_remainder,
     shell:
         "accelstudy cluster --table {input.table:q} --bits {params.bits:q} "
         "--method {params.method} --remainder {params.remainder} "

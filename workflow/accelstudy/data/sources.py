@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from accelstudy.data.values import NORMALISE, BadValue
 from accelstudy.records import atomic_open
 
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -20,7 +21,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 
 
 class DataSourceError(ValueError):
-    """A dataset that is missing, unreadable, or lacks the task's columns."""
+    """A dataset that is missing, unreadable, lacks the task's columns, or has bad values."""
 
 
 def _read_local(path: Path) -> list[dict[str, Any]]:
@@ -28,11 +29,16 @@ def _read_local(path: Path) -> list[dict[str, Any]]:
 
     if not path.is_file():
         raise DataSourceError(f"data file '{path}' does not exist")
+    # values as typed (no dtype guessing: "7" stays a string, an empty CSV cell is None), so
+    # the value checks (data/values.py) see what the file says
+    as_typed = {"dtype": False, "convert_dates": False}
     readers = {
-        ".jsonl": lambda p: pd.read_json(p, lines=True),
-        ".json": pd.read_json,
+        ".jsonl": lambda p: pd.read_json(p, lines=True, **as_typed),
+        ".json": lambda p: pd.read_json(p, **as_typed),
         ".parquet": pd.read_parquet,
-        ".csv": pd.read_csv,
+        ".csv": lambda p: pd.read_csv(
+            p, dtype=str, keep_default_na=False, na_values=[""], skip_blank_lines=False
+        ),
     }
     if path.suffix not in readers:
         raise DataSourceError(f"data file '{path}': unsupported suffix; use {sorted(readers)}")
@@ -61,6 +67,19 @@ def check_columns(task: str, rows: list[dict[str, Any]], origin: str) -> None:
         )
 
 
+def normalise_values(task: str, rows: list[dict[str, Any]], origin: str) -> list[dict]:
+    """Every row checked (data/values.py) and normalised: labels as int, answers as bool."""
+    out = []
+    for number, row in enumerate(rows, start=1):
+        try:
+            out.append(NORMALISE[task](row))
+        except BadValue as exc:
+            raise DataSourceError(f"{origin} row {number}: {exc}") from None
+        except KeyError as exc:
+            raise DataSourceError(f"{origin} row {number}: column {exc} is missing") from None
+    return out
+
+
 def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | None = None) -> list:
     """Rows of `split` for `task` as the config entry `spec` describes."""
     source = spec["source"]
@@ -80,7 +99,7 @@ def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | Non
     else:
         raise DataSourceError(f"config key 'tasks.{task}.source': unknown source '{source}'")
     check_columns(task, rows, origin)
-    return rows
+    return normalise_values(task, rows, origin)
 
 
 def prepare_split(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:

@@ -66,12 +66,13 @@ def corpus_paragraphs(split: str | None = None) -> Iterator[tuple[str, str]]:
 
 
 def wikitext_rows(split: str) -> list[dict[str, str]]:
-    """WikiText-shaped rows: a ' = Title = ' heading row per topic, then paragraph rows."""
+    """Rows shaped as HF's line-level WikiText: per topic a blank row, a ' = Title = \\n'
+    heading row and a blank row, then ' paragraph \\n' rows (blank lines are stored as "")."""
     rows: list[dict[str, str]] = []
     last_title = None
     for title, paragraph in corpus_paragraphs(split):
         if title != last_title:
-            rows.append({"text": f" = {title} = \n"})
+            rows += [{"text": ""}, {"text": f" = {title} = \n"}, {"text": ""}]
             last_title = title
         rows.append({"text": f" {paragraph} \n"})
     return rows

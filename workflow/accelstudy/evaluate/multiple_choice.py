@@ -10,7 +10,7 @@ from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from accelstudy.evaluate.meters import Meter
-from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceRequest
+from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
 from accelstudy.evaluate.scoring import (
     Item,
     Score,
@@ -26,16 +26,31 @@ class ItemResult:
     gold: int
     loglikelihoods: list[float]
     n_tokens: list[int]
-    prediction: int
+    prediction: int  # under the protocol's first tie rule
+    predictions: dict[str, int]  # under each of its tie rules
     prediction_norm: int | None
 
 
 def tokenize_request(
-    tokenizer: PreTrainedTokenizerBase, request: ChoiceRequest, prepend_bos: bool
+    tokenizer: PreTrainedTokenizerBase,
+    request: ChoiceRequest,
+    protocol: ChoiceProtocol,
+    max_length: int,
 ) -> tuple[list[int], list[list[int]]]:
-    """Context tokens and each continuation's tokens (lm-eval's split of the whole string)."""
-    pairs = [encode_pair(tokenizer, request.context, c, prepend_bos) for c in request.continuations]
-    return pairs[0][0], [cont for _, cont in pairs]
+    """Context tokens and each continuation's tokens (lm-eval's split of the whole string).
+
+    Under right truncation (the authors' scripts) each scored text keeps its first
+    `max_length` tokens: a continuation may lose tokens or all of them (then it scores
+    -inf). lm-eval's left truncation happens at scoring time (`score_items`).
+    """
+    pairs = [
+        encode_pair(tokenizer, request.context, c, protocol.name) for c in request.continuations
+    ]
+    context, continuations = pairs[0][0], [cont for _, cont in pairs]
+    if protocol.truncation == "right":
+        room = max(max_length - len(context), 0)
+        context, continuations = context[:max_length], [c[:room] for c in continuations]
+    return context, continuations
 
 
 ITEMS_PER_BATCH = 8
@@ -99,17 +114,22 @@ def _argmax(values: np.ndarray, tie_break: int | None) -> int:
     return int(best[0])
 
 
-def decide(request: ChoiceRequest, scores: list[Score], normalisation: str) -> ItemResult:
+def decide(request: ChoiceRequest, scores: list[Score], protocol: ChoiceProtocol) -> ItemResult:
+    """The chosen index under each tie rule; a choice with no tokens left scores -inf."""
     lls = np.array([s.loglikelihood for s in scores])
-    n_tokens = [s.n_tokens for s in scores]
-    if normalisation == "token":
-        prediction = _argmax(lls / np.array(n_tokens), request.tie_break)
-        prediction_norm = None
+    n_tokens = np.array([s.n_tokens for s in scores])
+    prediction_norm = None
+    if protocol.normalisation == "token":
+        values = np.where(n_tokens > 0, lls / np.maximum(n_tokens, 1), -np.inf)
     else:
-        prediction = _argmax(lls, request.tie_break)
+        values = lls
         chars = np.array([float(len(c)) for c in request.choices])
-        prediction_norm = _argmax(lls / chars, request.tie_break)
-    return ItemResult(request.gold, lls.tolist(), n_tokens, prediction, prediction_norm)
+        prediction_norm = _argmax(lls / chars, None)
+    predictions = {name: _argmax(values, tie) for name, tie in protocol.ties.items()}
+    first = next(iter(predictions.values()))
+    return ItemResult(
+        request.gold, lls.tolist(), n_tokens.tolist(), first, predictions, prediction_norm
+    )
 
 
 def evaluate_multiple_choice(
@@ -125,17 +145,20 @@ def evaluate_multiple_choice(
     """Accuracy over `rows`; also acc_norm (character-normalised) under lm-eval's protocol."""
     spec = CHOICE_PROTOCOLS[(task, protocol)]
     requests = [spec.build(row) for row in rows]
-    tokenized = [tokenize_request(tokenizer, r, spec.prepend_bos) for r in requests]
+    tokenized = [tokenize_request(tokenizer, r, spec, max_length) for r in requests]
     scores = score_items(model, tokenized, max_length, shared_context, f"{task}/{protocol}")
     for context, continuations in tokenized:
-        meter.add(len(context) + sum(len(c) - 1 for c in continuations))
+        meter.add(len(context) + sum(max(len(c) - 1, 0) for c in continuations))
     items = [
-        decide(request, item_scores, spec.normalisation)
+        decide(request, item_scores, spec)
         for request, item_scores in zip(requests, scores, strict=True)
     ]
     gold = np.array([i.gold for i in items])
     acc = float(np.mean(np.array([i.prediction for i in items]) == gold))
     metrics = {"items": len(items), "acc": acc}
+    for name in spec.ties:
+        if name != "acc":  # the same items under another tie rule (BoolQ paper)
+            metrics[name] = float(np.mean(np.array([i.predictions[name] for i in items]) == gold))
     if spec.normalisation == "token":
         metrics["accuracy"] = acc
     else:

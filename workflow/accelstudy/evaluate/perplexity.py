@@ -1,37 +1,43 @@
-"""Perplexity: the paper's fixed 512-token blocks, or lm-eval's rolling-window word perplexity."""
+"""Perplexity: the paper's 512-token blocks, or lm-eval's `wikitext` rolling word perplexity."""
 
 from __future__ import annotations
 
 import math
-import re
 
 import torch
 import torch.nn.functional as F
+from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
+from lm_eval.tasks.wikitext.preprocess_wikitext import process_results, wikitext_detokenizer
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from accelstudy.evaluate.meters import Meter
-from accelstudy.evaluate.tokens import encode
+from accelstudy.evaluate.tokens import encode, lm_eval_prefix
 
-_HEADING = re.compile(r"^ = [^=].* = \n?$")
+GROUP_TEXTS_ROWS = 1000  # datasets.map's default batch, within which group_texts concatenates
 
 
 def paper_blocks(
     tokenizer: PreTrainedTokenizerBase, rows: list[dict], block_size: int, limit: int | None
 ) -> torch.Tensor:
-    """BOS + tokens of every row, concatenated, cut into blocks (remainder dropped)."""
-    ids: list[int] = []
-    for row in rows:
-        ids.extend(encode(tokenizer, row["text"], prepend_bos=True))
-        if limit is not None and len(ids) >= limit * block_size:
+    """The authors' blocks: `tokenizer(text)` per row (empty rows too, with the tokenizer's
+    default special tokens), then HF's `group_texts` per 1,000-row batch of `datasets.map`:
+    each batch is concatenated and cut into blocks on its own and its remainder dropped, so
+    no block spans a batch boundary. The first `limit` blocks are kept."""
+    blocks: list[list[int]] = []
+    for start in range(0, len(rows), GROUP_TEXTS_ROWS):
+        texts = [row["text"] for row in rows[start : start + GROUP_TEXTS_ROWS]]
+        ids = [t for encoded in tokenizer(texts)["input_ids"] for t in encoded]
+        blocks.extend(
+            ids[i : i + block_size] for i in range(0, len(ids) - block_size + 1, block_size)
+        )
+        if limit is not None and len(blocks) >= limit:
             break
-    n_blocks = len(ids) // block_size
-    if limit is not None:
-        n_blocks = min(n_blocks, limit)
-    if n_blocks == 0:
-        raise ValueError(f"fewer than {block_size} tokens: no complete block to evaluate")
-    return torch.tensor(ids[: n_blocks * block_size]).view(n_blocks, block_size)
+    blocks = blocks[:limit] if limit is not None else blocks
+    if not blocks:
+        raise ValueError(f"no {GROUP_TEXTS_ROWS}-row batch holds {block_size} tokens: no block")
+    return torch.tensor(blocks)
 
 
 def shifted_cross_entropy(logits: torch.Tensor, batch: torch.Tensor) -> tuple[float, int]:
@@ -75,17 +81,52 @@ def perplexity_paper(
     return {"perplexity": math.exp(total / count), "blocks": len(blocks), "nll": total / count}
 
 
+def raw_lines(rows: list[dict]) -> list[str]:
+    """The lines of the raw file that HF's line-level WikiText rows came from.
+
+    HF's `wikitext` builder yields each raw line with its newline, except that a blank or
+    whitespace-only line becomes "". Every such line in the WikiText raw files is a single
+    space, so "" maps back to " ". The file ends with a newline, so splitting it on "\n"
+    (as the document-level builder does) ends with one empty string.
+    """
+    return [row["text"].removesuffix("\n") if row["text"] else " " for row in rows] + [""]
+
+
 def documents(rows: list[dict]) -> list[str]:
-    """WikiText rows grouped into articles at top-level ' = Title = ' headings."""
-    docs: list[list[str]] = []
-    for row in rows:
-        if _HEADING.match(row["text"]) or not docs:
-            docs.append([])
-        docs[-1].append(row["text"])
-    return ["".join(d).strip() for d in docs if "".join(d).strip()]
+    """Pages as EleutherAI/wikitext_document_level builds them from the raw file: a page
+    starts at each line that, with '= = =' and '= =' collapsed and stripped, reads
+    '= Title =' (a top-level heading); pages are their lines joined by "\n", unstripped; a
+    page that is only whitespace (the blank line before the first heading) is dropped,
+    except the last page, which is always kept."""
+    pages, lines = [], []
+    for line in raw_lines(rows):
+        heading = line.replace("= = =", "===").replace("= =", "==").strip()
+        if heading.startswith("= ") and heading.endswith(" ="):
+            if "\n".join(lines).strip():
+                pages.append("\n".join(lines))
+            lines = []
+        lines.append(line)
+    return [*pages, "\n".join(lines)]
 
 
 @torch.inference_mode()
+def rolling_loglikelihood(
+    model: torch.nn.Module, tokens: list[int], prefix: int, max_length: int, meter: Meter
+) -> float:
+    """lm-eval's loglikelihood_rolling: disjoint windows, each token a target exactly once."""
+    device = next(model.parameters()).device
+    total = 0.0
+    for context, continuation in map(
+        make_disjoint_window, get_rolling_token_windows(tokens, prefix, max_length, 1)
+    ):
+        inputs = torch.tensor([(context + continuation)[:-1]], device=device)
+        logprobs = F.log_softmax(model(inputs).logits[0].float(), dim=-1)
+        targets = torch.tensor(continuation, device=device)
+        total += float(logprobs[-len(continuation) :].gather(1, targets[:, None]).double().sum())
+        meter.add(inputs.numel())
+    return total
+
+
 def perplexity_lm_eval(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
@@ -94,31 +135,24 @@ def perplexity_lm_eval(
     max_length: int,
     limit: int | None,
 ) -> dict[str, float]:
-    """lm-eval's loglikelihood_rolling over documents: word/byte perplexity, bits per byte."""
-    device = next(model.parameters()).device
-    prefix = (
-        tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    )
+    """lm-eval's `wikitext` task: each page scored after lm-eval's own detokenizer, words
+    and bytes counted on the raw page by its own process_results, aggregated by its own
+    weighted perplexity and bits per byte."""
     docs = documents(rows)[:limit] if limit else documents(rows)
-    total_ll, words, n_bytes, targets_seen = 0.0, 0, 0, 0
-    for doc in tqdm(docs, desc="rolling perplexity", unit="doc"):
-        tokens = encode(tokenizer, doc, prepend_bos=False)
-        windows = get_rolling_token_windows(tokens, prefix, max_length, 1)
-        for context, continuation in map(make_disjoint_window, windows):
-            inputs = torch.tensor([(context + continuation)[:-1]], device=device)
-            logprobs = F.log_softmax(model(inputs).logits[0].float(), dim=-1)
-            targets = torch.tensor(continuation, device=device)
-            picked = logprobs[-len(continuation) :].gather(1, targets[:, None])
-            total_ll += float(picked.double().sum())
-            targets_seen += len(continuation)
-            meter.add(inputs.numel())
-        words += len(re.split(r"\s+", doc))
-        n_bytes += len(doc.encode("utf-8"))
+    results: dict[str, list[tuple[float, int]]] = {}
+    n_tokens = 0
+    for page in tqdm(docs, desc="rolling perplexity", unit="doc"):
+        tokens = encode(tokenizer, wikitext_detokenizer({"page": page}), "lm-eval")
+        n_tokens += len(tokens)
+        ll = rolling_loglikelihood(model, tokens, lm_eval_prefix(tokenizer), max_length, meter)
+        for name, pair in process_results({"page": page}, [ll]).items():
+            results.setdefault(name, []).append(pair)
+    word = weighted_perplexity(results["word_perplexity"])
     return {
-        "word_perplexity": math.exp(-total_ll / words),
-        "byte_perplexity": math.exp(-total_ll / n_bytes),
-        "bits_per_byte": -total_ll / n_bytes / math.log(2),
-        "perplexity": math.exp(-total_ll / words),
+        "word_perplexity": word,
+        "byte_perplexity": weighted_perplexity(results["byte_perplexity"]),
+        "bits_per_byte": bits_per_byte(results["bits_per_byte"]),
+        "perplexity": word,
         "documents": len(docs),
-        "target_tokens": targets_seen,
+        "target_tokens": n_tokens,
     }

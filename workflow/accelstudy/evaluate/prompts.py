@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from accelstudy.data.values import boolq_answer
+
 
 def hellaswag_clean(text: str) -> str:
     """lm-eval's HellaSwag text cleaning (WikiHow bracket artefacts, double spaces)."""
@@ -28,7 +30,6 @@ class ChoiceRequest:
     choices: list[str]
     gold: int
     delimiter: str = " "
-    tie_break: int | None = None  # index chosen when normalised scores tie
 
     @property
     def continuations(self) -> list[str]:
@@ -40,9 +41,12 @@ def _hellaswag_ctx(row: dict) -> str:
 
 
 def hellaswag_paper(row: dict) -> ChoiceRequest:
-    """Cleaned ctx without the activity label; ' ' + ending."""
+    """The scripts' context: the raw `ctx` field, cleaned (ctx_b keeps its lower-case first
+    letter), no activity label; ' ' + ending. A file without `ctx` gets ctx_a + ' ' + ctx_b,
+    as the HF set builds `ctx`."""
+    ctx = row.get("ctx") or row["ctx_a"] + " " + row["ctx_b"]
     return ChoiceRequest(
-        context=hellaswag_clean(_hellaswag_ctx(row)),
+        context=hellaswag_clean(ctx),
         choices=[hellaswag_clean(e) for e in row["endings"]],
         gold=int(row["label"]),
     )
@@ -58,12 +62,11 @@ def hellaswag_lm_eval(row: dict) -> ChoiceRequest:
 
 
 def boolq_paper(row: dict) -> ChoiceRequest:
-    """'Passage: ...\\nQuestion: ...\\nAnswer:' then ' yes' / ' no'; a tie answers 'no'."""
+    """'Passage: ...\\nQuestion: ...\\nAnswer:' then ' yes' / ' no'."""
     return ChoiceRequest(
         context=f"Passage: {row['passage']}\nQuestion: {row['question']}\nAnswer:",
         choices=["yes", "no"],
-        gold=0 if row["answer"] else 1,
-        tie_break=1,
+        gold=0 if boolq_answer(row["answer"]) else 1,
     )
 
 
@@ -72,8 +75,15 @@ def boolq_lm_eval(row: dict) -> ChoiceRequest:
     return ChoiceRequest(
         context=f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:",
         choices=["no", "yes"],
-        gold=int(bool(row["answer"])),
+        gold=int(boolq_answer(row["answer"])),
     )
+
+
+FIRST_INDEX = {"acc": None}  # np.argmax: the first best choice wins a tie
+# The authors' BoolQ scripts differ only in ties (both scores -inf included): the Gaudi
+# scripts predict yes only if yes > no, the A100 scripts if yes >= no. Both are recorded;
+# the first is the protocol's `accuracy`.
+BOOLQ_TIES = {"acc_ties_no": 1, "acc_ties_yes": 0}
 
 
 @dataclass(frozen=True)
@@ -81,13 +91,17 @@ class ChoiceProtocol:
     """How to turn rows into requests, tokenise them, and pick the answer."""
 
     build: Callable[[dict], ChoiceRequest]
-    prepend_bos: bool  # paper: BOS always; lm-eval: whatever the tokenizer adds by default
+    name: str  # "paper" | "lm-eval": how texts are encoded (evaluate/tokens.py)
     normalisation: str  # "token" (mean log-prob) or "none" (sum; acc_norm also reported)
+    truncation: str  # "right": the scripts keep the first max_length tokens; "left": lm-eval
+    ties: dict[str, int | None]  # accuracy name -> the choice index a tie goes to
 
 
 CHOICE_PROTOCOLS: dict[tuple[str, str], ChoiceProtocol] = {
-    ("hellaswag", "paper"): ChoiceProtocol(hellaswag_paper, True, "token"),
-    ("hellaswag", "lm-eval"): ChoiceProtocol(hellaswag_lm_eval, False, "none"),
-    ("boolq", "paper"): ChoiceProtocol(boolq_paper, True, "token"),
-    ("boolq", "lm-eval"): ChoiceProtocol(boolq_lm_eval, False, "none"),
+    ("hellaswag", "paper"): ChoiceProtocol(hellaswag_paper, "paper", "token", "right", FIRST_INDEX),
+    ("hellaswag", "lm-eval"): ChoiceProtocol(
+        hellaswag_lm_eval, "lm-eval", "none", "left", FIRST_INDEX
+    ),
+    ("boolq", "paper"): ChoiceProtocol(boolq_paper, "paper", "token", "right", BOOLQ_TIES),
+    ("boolq", "lm-eval"): ChoiceProtocol(boolq_lm_eval, "lm-eval", "none", "left", FIRST_INDEX),
 }

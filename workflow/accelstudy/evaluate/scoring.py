@@ -27,6 +27,8 @@ class Score:
 
 def _gather(logprobs: torch.Tensor, targets: list[int]) -> tuple[float, bool]:
     """logprobs: (len(targets), vocab) rows predicting each target token."""
+    if not targets:  # every token of it was truncated away
+        return 0.0, False
     index = torch.tensor(targets, device=logprobs.device)
     picked = logprobs.gather(1, index[:, None]).squeeze(1)
     greedy = bool((logprobs.argmax(-1) == index).all())

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from accelstudy.evaluate.multiple_choice import decide, tokenize_request
 from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
-from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceRequest
+from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
 from accelstudy.evaluate.scoring import Score
 
 
@@ -26,6 +26,7 @@ class Calibration:
 
     kind: str  # "perplexity" | "accuracy"
     batches: list[torch.Tensor]
+    protocol: ChoiceProtocol | None = None
     requests: list[ChoiceRequest] = field(default_factory=list)
     layouts: list[list[tuple[int, list[int]]]] = field(default_factory=list)  # (start, cont)
 
@@ -42,10 +43,12 @@ class Calibration:
         scores = []
         for row, (start, cont) in enumerate(self.layouts[index]):
             picked = logprobs[row, start - 1 : start - 1 + len(cont)]
-            ll = picked.gather(1, torch.tensor(cont, device=picked.device)[:, None]).sum()
+            ll = picked.gather(
+                1, torch.tensor(cont, dtype=torch.long, device=picked.device)[:, None]
+            ).sum()
             scores.append(Score(float(ll.double()), len(cont), False))
         request = self.requests[index]
-        return float(decide(request, scores, "token").prediction == request.gold), 1
+        return float(decide(request, scores, self.protocol).prediction == request.gold), 1
 
     def metric(self, contributions: list[tuple[float, int]]) -> float:
         total = sum(c for c, _ in contributions)
@@ -62,14 +65,15 @@ def perplexity_calibration(
 
 
 def choice_calibration(
-    tokenizer: PreTrainedTokenizerBase, task: str, rows: list[dict], n_items: int | None
-) -> Calibration:
+    tokenizer: PreTrainedTokenizerBase, task: str, rows: list[dict], n_items: int | None,
+    max_length: int,
+) -> Calibration:  # fmt: skip
     """One batch per item: each choice's (context + continuation)[:-1], right-padded."""
     spec = CHOICE_PROTOCOLS[(task, "paper")]
-    calibration = Calibration("accuracy", [])
+    calibration = Calibration("accuracy", [], spec)
     for row in rows[:n_items] if n_items else rows:
         request = spec.build(row)
-        context, continuations = tokenize_request(tokenizer, request, spec.prepend_bos)
+        context, continuations = tokenize_request(tokenizer, request, spec, max_length)
         sequences = [(context + c)[:-1] for c in continuations]
         width = max(len(s) for s in sequences)
         calibration.batches.append(torch.tensor([s + [0] * (width - len(s)) for s in sequences]))
