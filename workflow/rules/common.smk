@@ -126,6 +126,12 @@ def calibration_limit(wildcards):
     return PTQ["calibration_limit"][wildcards.task]
 
 
+def ptq_remainder(wildcards):
+    """ptq.remainder for this task: one value for all tasks, or a per-task mapping."""
+    remainder = PTQ["remainder"]
+    return remainder if isinstance(remainder, str) else remainder.get(wildcards.task, "last")
+
+
 def sensitivity_chunks(wildcards):
     return [
         f"{RESULTS}/ptq/{wildcards.model}/{wildcards.task}/sensitivity/"
