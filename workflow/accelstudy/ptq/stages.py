@@ -54,7 +54,7 @@ def build_calibration(tokenizer, task: str, rows: list[dict], limit: int | None,
         return perplexity_calibration(
             tokenizer, rows, settings["block_size"], settings["batch_size"], limit
         )
-    return choice_calibration(tokenizer, task, rows, limit)
+    return choice_calibration(tokenizer, task, rows, limit, settings[f"{task}_max_length"])
 
 
 def sensitivity_chunk(*, model_dir: Path, task: str, data: Path, limit: int | None,
