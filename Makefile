@@ -21,12 +21,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 study: $(STAMP)
+	@# a killed run leaves Snakemake's lock: removed when no Snakemake runs here, else one line
+	@$(BIN)/accelstudy unlock-if-stale
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --rerun-incomplete
 	@$(BIN)/accelstudy where-report --configfile $(CONFIG)
 
 test: $(STAMP)
 	# Debian's SLURM for the local test cluster (needs root + apt; else those tests skip)
 	-tests/slurm/cluster.sh install
+	# Debian's Chromium for the report's browser test (likewise: root + apt, else it skips)
+	-command -v chromedriver >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		chromium chromium-driver >/dev/null; }
 	$(BIN)/pytest -q
 
 lint: $(STAMP)

@@ -217,19 +217,30 @@ def test_account_on_the_command_line(tmp_path):
     assert {job.resources.get("slurm_account") for job in planned_jobs(result.stdout)} == {"abc123"}
 
 
-def test_too_many_cards_for_one_node(tmp_path):
-    result = dry_run(tmp_path, "perlmutter", "--set-resources", "quantize:gpu=8")
-    assert result.returncode != 0
-    assert (
+SITE_MISTAKES = {
+    "too many cards for one node": (
+        ("perlmutter", "--set-resources", "quantize:gpu=8"),
         "resource 'quantize:gpu': 8 cards, but a perlmutter node has 4; rule 'quantize' "
-        "runs on one node, so ask for at most 4"
-    ) in result.stdout + result.stderr
+        "runs on one node, so ask for at most 4",
+    ),
+    "unknown system": (
+        ("expanse", "--config", "system=frontier"),
+        "config key 'system': unknown system 'frontier'; known systems are",
+    ),
+    # paper.yaml names perlmutter: the line says which profile is for which system
+    "a study for another site": (
+        ("expanse", "--configfile", "config/paper.yaml"),
+        "the study names system 'perlmutter', but profiles/expanse is made for 'expanse'; "
+        "pass --config system=expanse",
+    ),
+}
 
 
-def test_unknown_system(tmp_path):
-    result = dry_run(tmp_path, "expanse", "--config", "system=frontier")
+@pytest.mark.parametrize("mistake", SITE_MISTAKES)
+def test_site_mistakes_stop_with_one_line(tmp_path, mistake):
+    (profile, *args), message = SITE_MISTAKES[mistake]
+    result = dry_run(tmp_path, profile, *args)
     assert result.returncode != 0
-    message = "config key 'system': unknown system 'frontier'; known systems are"
     assert message in result.stdout + result.stderr
 
 

@@ -193,9 +193,8 @@ def test_sensitivity_table_that_does_not_match_the_model(tmp_path):
         cluster(table=table, bits=[8, 4], method="percentile", remainder="last", n_layers=4,
                 out=tmp_path / "a.json")  # fmt: skip
     cluster(table=table, bits=[8, 4], method="percentile", remainder="last", n_layers=2,
-            out=tmp_path / "a.json", figure=tmp_path / "f.png")  # fmt: skip
+            out=tmp_path / "a.json")  # fmt: skip
     assert json.loads((tmp_path / "a.json").read_text())["layer_bits"] == {"0": 4, "1": 8}
-    assert (tmp_path / "f.png").stat().st_size > 5000
 
 
 PTQ_GOOD = {

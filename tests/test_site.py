@@ -103,3 +103,28 @@ def test_conda_envs_install_the_package_from_the_root(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Would install accelstudy" in result.stdout
+
+
+def test_another_sites_profile_is_named_with_the_fix():
+    """A study naming one site run with another site's profile: the variable the profile
+    reads is unset, and the line says which profile is for which system."""
+    import yaml
+    from accelstudy.paths import PROJECT_ROOT
+
+    def resources(site: str) -> dict:
+        return yaml.safe_load((PROJECT_ROOT / "profiles" / site / "config.yaml").read_text())
+
+    expanse = resources("expanse")["set-resources"]
+    with pytest.raises(ConfigError) as error:
+        check_site({}, PERLMUTTER, {}, expanse, {"ACCELSTUDY_ACCOUNT": "m1"})
+    assert str(error.value) == (
+        "resource 'baseline:gpu_model' reads $ACCELSTUDY_SLURM_GPU_MODEL, but neither the "
+        "environment nor config/systems/perlmutter.yaml (slurm.gpu_model) sets it: the study "
+        "names system 'perlmutter', but profiles/expanse is made for 'expanse'; pass "
+        "--config system=expanse (or use perlmutter's profile)"
+    )
+    defaults = resources("perlmutter")["default-resources"]
+    with pytest.raises(ConfigError, match="profiles/perlmutter is made for 'perlmutter'; pass"):
+        check_site({}, load_system("expanse"), defaults, {}, {"ACCELSTUDY_ACCOUNT": "m1"})
+    with pytest.raises(ConfigError, match=r"\(slurm.qos\) sets it$"):  # no site profile reads it
+        check_variables(PERLMUTTER, {"q": "'$ACCELSTUDY_SLURM_QOS'"}, {}, {})

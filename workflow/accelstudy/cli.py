@@ -28,6 +28,7 @@ def _add_config_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--configfile", type=Path, required=True)
     p = sub.add_parser("where-report", help="print where a study's report is")
     p.add_argument("--configfile", type=Path, required=True)
+    sub.add_parser("unlock-if-stale", help="remove the lock a killed Snakemake run left here")
 
 
 def _add_prepare_commands(sub: argparse._SubParsersAction) -> None:
@@ -56,7 +57,10 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="collect records into tables, figures and the report")
     p.add_argument("--study", required=True)
     p.add_argument("--records", type=Path, nargs="+", required=True)
-    p.add_argument("--figures", type=Path, nargs="*", default=[], help="figures to include")
+    p.add_argument("--sensitivity", type=Path, nargs="*", default=[], help="gathered tables")
+    p.add_argument("--assignments", type=Path, nargs="*", default=[], help="bit assignments")
+    p.add_argument("--calibration", type=_json, default={}, help="ptq.calibration_limit")
+    p.add_argument("--bit-lists", type=_json, default=[], help="ptq.bit_lists")
     p.add_argument("--results-dir", type=Path, required=True, help="results/{study}")
 
 
@@ -78,14 +82,13 @@ def _add_ptq_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gather-sensitivity", help="chunks -> one sensitivity table")
     p.add_argument("--chunks", type=Path, nargs="+", required=True)
     p.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("cluster", help="sensitivity table -> layer-to-bits map and figure")
+    p = sub.add_parser("cluster", help="sensitivity table -> layer-to-bits map")
     p.add_argument("--table", type=Path, required=True)
     p.add_argument("--bits", type=_json, required=True)
     p.add_argument("--method", default="percentile")
     p.add_argument("--remainder", default="last")
     p.add_argument("--model-dir", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--figure", type=Path)
     p = sub.add_parser("quantize", help="quantize per an assignment and evaluate")
     for name in ("study", "system", "model-name", "task", "data-source", "recipe"):
         p.add_argument(f"--{name}", required=True)
@@ -119,7 +122,7 @@ def _run_ptq(args: argparse.Namespace) -> None:
         n_layers = json.loads((args.model_dir / "config.json").read_text())["num_hidden_layers"]
         ptq.cluster(
             table=args.table, bits=args.bits, method=args.method, remainder=args.remainder,
-            n_layers=n_layers, out=args.out, figure=args.figure,
+            n_layers=n_layers, out=args.out,
         )  # fmt: skip
     elif args.command == "quantize":
         ptq.quantized_eval(
@@ -177,7 +180,17 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "report":
         from accelstudy.report import build_report
 
-        print(build_report(args.study, args.records, args.results_dir, args.figures))
+        print(
+            build_report(
+                args.study, args.records, args.results_dir, sensitivity=args.sensitivity,
+                assignments=args.assignments, calibration=args.calibration,
+                bit_lists=args.bit_lists,
+            )
+        )  # fmt: skip
+    elif args.command == "unlock-if-stale":
+        from accelstudy.locks import unlock_if_stale
+
+        print(unlock_if_stale(Path.cwd()), end="")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     from accelstudy.data.sources import DataSourceError
+    from accelstudy.locks import LockHeldError
     from accelstudy.models import ModelSourceError
     from accelstudy.ptq.stages import RecipeDeviceError, SensitivityTableError
 
@@ -198,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         ModelSourceError,
         SensitivityTableError,
         RecipeDeviceError,
+        LockHeldError,
     ) as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2

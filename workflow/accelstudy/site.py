@@ -12,7 +12,10 @@ import re
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from accelstudy.config import ConfigError
+import yaml
+
+from accelstudy.config import ConfigError, load_system
+from accelstudy.paths import PROJECT_ROOT
 
 ACCOUNT_ENV = "ACCELSTUDY_ACCOUNT"
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
@@ -70,7 +73,23 @@ def check_variables(
                 raise ConfigError(
                     f"resource '{name}' reads ${variable}, but neither the environment nor "
                     f"config/systems/{system['name']}.yaml (slurm.{key}) sets it"
+                    + other_site(variable, system["name"])
                 )
+
+
+def other_site(variable: str, system: str) -> str:
+    """The usual cause of an unset $ACCELSTUDY_SLURM_*: a study naming one site's system run
+    with another site's profile. Each profiles/<site>/site.yaml names the system it is for."""
+    key = variable.removeprefix("ACCELSTUDY_SLURM_").lower()
+    for site_file in sorted((PROJECT_ROOT / "profiles").glob("*/site.yaml")):
+        site = yaml.safe_load(site_file.read_text())["system"]
+        reads = f"${variable}" in (site_file.parent / "config.yaml").read_text()
+        if reads and site != system and key in (load_system(site).get("slurm") or {}):
+            return (
+                f": the study names system '{system}', but profiles/{site_file.parent.name} is "
+                f"made for '{site}'; pass --config system={site} (or use {system}'s profile)"
+            )
+    return ""
 
 
 def check_scheduler(system: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:

@@ -129,7 +129,11 @@ def calibration_limit(wildcards):
 def ptq_remainder(wildcards):
     """ptq.remainder for this task: one value for all tasks, or a per-task mapping."""
     remainder = PTQ["remainder"]
-    return remainder if isinstance(remainder, str) else remainder.get(wildcards.task, "last")
+    return (
+        remainder
+        if isinstance(remainder, str)
+        else remainder.get(wildcards.task, "last")
+    )
 
 
 def sensitivity_chunks(wildcards):
@@ -150,10 +154,20 @@ def ptq_records():
     ]
 
 
-def ptq_figures():
+def sensitivity_tables():
+    """The gathered sensitivity tables, for the report's Fig. 1."""
     return [
-        f"{RESULTS}/ptq/{model}/{task}/{PTQ['granularity']}/bits-{bits}/sensitivity.png"
+        f"{RESULTS}/ptq/{model}/{task}/sensitivity/{PTQ['granularity']}.csv"
         for model in MODELS
         for task in PTQ_TASKS
-        for bits in BIT_LABELS[:1]
+    ]
+
+
+def ptq_assignments():
+    """Every bit list's assignment, in config order: Fig. 1 colours the targets by them."""
+    return [
+        f"{RESULTS}/ptq/{model}/{task}/{PTQ['granularity']}/bits-{bits}/assignment.json"
+        for model in MODELS
+        for task in PTQ_TASKS
+        for bits in BIT_LABELS
     ]

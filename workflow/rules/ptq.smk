@@ -50,12 +50,7 @@ rule cluster:
         table=f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}.csv",
         model=f"{RESULTS}/models/{{model}}",
     output:
-        assignment=f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
-        figure=report(
-            f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/sensitivity.png",
-            caption="../report/sensitivity_figure.rst",
-            category="PTQ",
-        ),
+        f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
     log:
         f"{RESULTS}/logs/cluster/{{model}}-{{task}}-{{granularity}}-{{bits}}.log",
     conda:
@@ -67,8 +62,7 @@ rule cluster:
     shell:
         "accelstudy cluster --table {input.table:q} --bits {params.bits:q} "
         "--method {params.method} --remainder {params.remainder} "
-        "--model-dir {input.model:q} --out {output.assignment:q} "
-        "--figure {output.figure:q} > {log:q} 2>&1"
+        "--model-dir {input.model:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule quantize:

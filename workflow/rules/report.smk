@@ -4,13 +4,13 @@
 rule report:
     input:
         records=baseline_records() + ptq_records(),
-        figures=ptq_figures(),
+        sensitivity=sensitivity_tables(),
+        assignments=ptq_assignments(),
     output:
         html=f"{RESULTS}/report/index.html",
         markdown=f"{RESULTS}/report/report.md",
         records_csv=f"{RESULTS}/tables/records.csv",
         records_parquet=f"{RESULTS}/tables/records.parquet",
-        table1=f"{RESULTS}/tables/table1.csv",
         baseline=report(
             f"{RESULTS}/tables/baseline.csv",
             caption="../report/baseline_table.rst",
@@ -21,6 +21,26 @@ rule report:
             caption="../report/baseline_figure.rst",
             category="Baseline",
         ),
+        table1=report(
+            f"{RESULTS}/tables/table1.csv",
+            caption="../report/table1.rst",
+            category="PTQ",
+        ),
+        table1_published=report(
+            f"{RESULTS}/tables/table1_published.csv",
+            caption="../report/table1_published.rst",
+            category="PTQ",
+        ),
+        fig1=report(
+            f"{RESULTS}/report/figures/sensitivity.png",
+            caption="../report/fig1.rst",
+            category="PTQ",
+        ),
+        tradeoff=report(
+            f"{RESULTS}/report/figures/tradeoff.png",
+            caption="../report/tradeoff.rst",
+            category="PTQ",
+        ),
     log:
         f"{RESULTS}/logs/report.log",
     conda:
@@ -28,7 +48,10 @@ rule report:
     params:
         study=config["study"],
         results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.html)),
+        calibration=json.dumps({t: PTQ["calibration_limit"].get(t) for t in PTQ_TASKS}),
+        bit_lists=json.dumps(PTQ.get("bit_lists", [])),
     shell:
         "accelstudy report --study {params.study} --records {input.records:q} "
-        "--figures {input.figures:q} "
+        "--sensitivity {input.sensitivity:q} --assignments {input.assignments:q} "
+        "--calibration {params.calibration:q} --bit-lists {params.bit_lists:q} "
         "--results-dir {params.results:q} > {log:q} 2>&1"

@@ -96,8 +96,8 @@ def gather_sensitivity(chunks: list[Path], out: Path) -> pd.DataFrame:
 
 
 def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_layers: int,
-            out: Path, figure: Path | None = None, seed: int = 0) -> dict[str, int]:  # fmt: skip
-    """Layer -> bits from the sensitivity table; also the Fig. 1 style figure."""
+            out: Path, seed: int = 0) -> dict[str, int]:  # fmt: skip
+    """Layer -> bits (or module -> bits) from the sensitivity table."""
     frame = pd.read_csv(table)
     layers = sorted(frame["layer"].unique())
     if layers != list(range(n_layers)):
@@ -115,10 +115,6 @@ def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_laye
         layer_bits = {int(name.split("-")[1]): b for name, b in assignment.items()}
         payload["layer_bits"] = {str(k): v for k, v in sorted(layer_bits.items())}
     write_json(out, payload)
-    if figure is not None:
-        from accelstudy.report.figures import sensitivity_figure
-
-        sensitivity_figure(frame.assign(bits=[assignment[n] for n in frame["name"]]), figure, bits)
     return assignment
 
 

@@ -3,125 +3,184 @@
 from __future__ import annotations
 
 import html
-import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from accelstudy.records import atomic_open
-from accelstudy.report.collect import collect_records, load_published
-from accelstudy.report.figures import baseline_figure
-from accelstudy.report.tables import baseline_table, table1
+from accelstudy.report import figures
+from accelstudy.report.collect import collect_records, collect_sensitivity, load_published
+from accelstudy.report.tables import (
+    baseline_table,
+    bits_label,
+    published_table1,
+    table1,
+    tradeoff_points,
+)
 
 STANDIN_NOTE = (
     "Rows whose data is 'stand-in' were measured on offline stand-ins built from Python's "
     "bundled documentation, not on WikiText-2/HellaSwag/BoolQ; their numbers are not "
     "comparable with the published ones, which are for TinyLlama-1.1B on the real datasets."
 )
+TABLE1_NOTE = (
+    "A row per task and metric, and the compression ratio of the quantized Linear weights "
+    "(32n / (bn + 16 n_groups)); columns: FP32, each bit list with simulated (fake) "
+    "quantization, then the real recipes per bit list. BoolQ shows both tie rules of the "
+    "authors' scripts: ties 'no' as on Gaudi2, ties 'yes' as on A100."
+)
+PUBLISHED_NOTE = (
+    "Another model on other data: compare trends, not values. The Gaudi2 BoolQ scripts break "
+    "ties 'no', the A100 ones 'yes'. Compression rows: the percentile split of 22 layers, the "
+    "leftover layer last (7/7/8: A100 and WikiText runs) or first (8/7/7: Gaudi2 HellaSwag "
+    "and BoolQ runs)."
+)
+TRADEOFF_NOTE = (
+    "Each point is one (bit list, recipe); FP32 sits at compression 1 (dotted line: its "
+    "level). The published TinyLlama-1.1B points have their own row of panels: a different "
+    "model on different data, not comparable with ours."
+)
 
 
-def _write_tables(records: pd.DataFrame, tables: Path) -> None:
-    tables.mkdir(parents=True, exist_ok=True)
-    with atomic_open(tables / "records.csv") as handle:
-        records.to_csv(handle, index=False)
+@dataclass(frozen=True)
+class Section:
+    """One heading of the report: a note, a table, a figure (a file under figures/)."""
+
+    title: str
+    note: str = ""
+    table: pd.DataFrame | None = None
+    figure: str = ""
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    with atomic_open(path) as handle:
+        frame.to_csv(handle, index=False)
+
+
+def _write_records(records: pd.DataFrame, tables: Path) -> None:
+    _write_csv(records, tables / "records.csv")
     tmp = tables / ".records.parquet.tmp"
     records.to_parquet(tmp, index=False)
     tmp.replace(tables / "records.parquet")
 
 
-def _copy_figures(figures: Iterable[str | Path], results_dir: Path, target: Path) -> list[str]:
-    """Copy figures into the report folder, named after their path under results/{study}."""
-    names = []
-    for figure in figures:
-        figure = Path(figure)
-        try:
-            relative = figure.resolve().relative_to(results_dir.resolve())
-        except ValueError:
-            relative = Path(figure.name)
-        name = "-".join(relative.with_suffix("").parts) + figure.suffix
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(figure, target / name)
-        names.append(name)
-    return names
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    return table.astype(object).fillna("-")
+
+
+def _markdown(section: Section) -> str:
+    parts = [f"## {section.title}", section.note]
+    if section.table is not None:
+        parts.append(_shown(section.table).to_markdown(index=False))
+    if section.figure:
+        parts.append(f"![{section.title}](figures/{section.figure})")
+    return "\n\n".join(p for p in parts if p)
+
+
+def _html(section: Section) -> str:
+    parts = [f"<h2>{html.escape(section.title)}</h2>"]
+    if section.note:
+        parts.append(f'<p class="note">{html.escape(section.note)}</p>')
+    if section.table is not None:
+        parts.append(_shown(section.table).to_html(index=False, border=0))
+    if section.figure:
+        src, alt = html.escape(f"figures/{section.figure}"), html.escape(section.title)
+        parts.append(f'<img src="{src}" alt="{alt}" width="100%">')
+    return "\n".join(parts)
+
+
+def _ptq_sections(
+    records: pd.DataFrame, ours: pd.DataFrame, published: pd.DataFrame
+) -> list[Section]:
+    """Table 1 (ours, then published), Fig. 1 and the trade-off figure, where PTQ ran."""
+    if ours.empty:
+        return []
+    quantized = records[records["stage"] == "quantized"]
+    who = f"{', '.join(quantized['model'].unique())}; {', '.join(quantized['data'].unique())}"
+    return [
+        Section(f"Table 1, ours ({who} data): mixed-precision PTQ", TABLE1_NOTE, ours),
+        Section(
+            "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)",
+            PUBLISHED_NOTE,
+            published_table1(published),
+        ),
+        Section("Fig. 1: pruning sensitivity, tasks side by side", figure="sensitivity.png"),
+        Section("Fig. 2: quality against compression", TRADEOFF_NOTE, figure="tradeoff.png"),
+    ]
+
+
+def _ptq_figures(records: pd.DataFrame, published: pd.DataFrame, sensitivity: pd.DataFrame,
+                 calibration: dict[str, int | None], folder: Path) -> None:  # fmt: skip
+    """Fig. 1 and the trade-off figure; a placeholder saying why where PTQ did not run (the
+    rule declares them in every study)."""
+    points = tradeoff_points(records, published)
+    if sensitivity.empty:
+        figures.placeholder(folder / "sensitivity.png", "no sensitivity tables in this study")
+    else:
+        figures.fig1(sensitivity, calibration, folder / "sensitivity.png")
+    if points.empty:
+        figures.placeholder(folder / "tradeoff.png", "no quantized records in this study")
+    else:
+        figures.tradeoff_figure(points, folder / "tradeoff.png")
 
 
 def build_report(
     study: str,
     record_paths: Iterable[str | Path],
     results_dir: Path,
-    figures: Iterable[str | Path] = (),
+    *,
+    sensitivity: Iterable[str | Path] = (),
+    assignments: Iterable[str | Path] = (),
+    calibration: Mapping[str, int | None] | None = None,
+    bit_lists: Sequence[Sequence[int]] = (),
 ) -> Path:
-    """Build the study report from records; return the path of index.html."""
+    """Build the study report from records (and, with PTQ, the gathered sensitivity tables,
+    the bit assignments, ptq.calibration_limit and ptq.bit_lists); return index.html."""
     results_dir = Path(results_dir)
+    report_dir, tables = results_dir / "report", results_dir / "tables"
     records = collect_records(record_paths)
-    _write_tables(records, results_dir / "tables")
     published = load_published()
+    _write_records(records, tables)
     baseline = baseline_table(records, published)
-    report_dir = results_dir / "report"
-    figure = baseline_figure(records, report_dir / "figures" / "baseline.png")
-    with atomic_open(results_dir / "tables" / "baseline.csv") as handle:
-        baseline.to_csv(handle, index=False)
-    ptq = table1(records, published)
-    with atomic_open(results_dir / "tables" / "table1.csv") as handle:
-        ptq.to_csv(handle, index=False)
-    fig1 = _copy_figures(figures, results_dir, report_dir / "figures")
-    ptq_md = (
-        [
-            "## Table 1: mixed-precision PTQ beside the published numbers",
-            "",
-            ptq.to_markdown(index=False),
-            "",
-        ]
-        + [f"![sensitivity](figures/{name})" for name in fig1]
-        if len(ptq)
-        else []
-    )
-    ptq_html = (
-        "<h2>Table 1: mixed-precision PTQ beside the published numbers</h2>"
-        + ptq.to_html(index=False, border=0)
-        + "".join(f'<img src="figures/{html.escape(n)}" alt="Fig. 1" width="100%">' for n in fig1)
-        if len(ptq)
-        else ""
-    )
+    _write_csv(baseline, tables / "baseline.csv")
+    ours = table1(records, [bits_label(b) for b in bit_lists])
+    _write_csv(ours, tables / "table1.csv")
+    _write_csv(published_table1(published), tables / "table1_published.csv")
+    figures.baseline_figure(records, report_dir / "figures" / "baseline.png")
+    table = collect_sensitivity(sensitivity, assignments)
+    _ptq_figures(records, published, table, dict(calibration or {}), report_dir / "figures")
     has_standin = (records["data"] == "stand-in").any()
-    note = STANDIN_NOTE if has_standin else ""
+    sections = [
+        Section(
+            "Baseline (FP32) beside the published numbers",
+            STANDIN_NOTE if has_standin else "",
+            baseline,
+            "baseline.png",
+        ),
+        *_ptq_sections(records, ours, published),
+    ]
     commits = ", ".join(sorted(records["git_commit"].unique()))
-
-    markdown = "\n".join(
-        [
-            f"# accelstudy report: {study}",
-            "",
-            f"{len(records)} result records; code {commits}.",
-            "",
-            "## Baseline (FP32) beside the published numbers",
-            "",
-            note,
-            "",
-            baseline.to_markdown(index=False),
-            "",
-            f"![baseline](figures/{figure.name})",
-            "",
-            *ptq_md,
-        ]
+    intro = f"{len(records)} result records; code {commits}."
+    tail = "All records: `tables/records.csv`, `tables/records.parquet`."
+    markdown = "\n\n".join(
+        [f"# accelstudy report: {study}", intro, *map(_markdown, sections), tail]
     )
+    title = html.escape(f"accelstudy report: {study}")
     page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>accelstudy report: {html.escape(study)}</title>
+<html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
 .note{{background:#fff6d5;padding:8px}}</style></head><body>
-<h1>accelstudy report: {html.escape(study)}</h1>
-<p>{len(records)} result records; code {html.escape(commits)}.</p>
-<h2>Baseline (FP32) beside the published numbers</h2>
-{f'<p class="note">{html.escape(note)}</p>' if note else ""}
-{baseline.to_html(index=False, border=0)}
-<img src="figures/{figure.name}" alt="baseline accuracy and throughput" width="100%">
-{ptq_html}
+<h1>{title}</h1>
+<p>{html.escape(intro)}</p>
+{"".join(map(_html, sections))}
 <p>All records: <code>tables/records.csv</code>, <code>tables/records.parquet</code>.</p>
 </body></html>
 """
     with atomic_open(report_dir / "report.md") as handle:
-        handle.write(markdown)
+        handle.write(markdown + "\n")
     with atomic_open(report_dir / "index.html") as handle:
         handle.write(page)
     return report_dir / "index.html"

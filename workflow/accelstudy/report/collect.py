@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelstudy.paths import RESOURCES
+from accelstudy.report.tables import bit_order, bits_label
 
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
 
@@ -45,6 +46,40 @@ def flatten(record: dict) -> dict:
 def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
     rows = [flatten(json.loads(Path(p).read_text())) for p in sorted(map(str, paths))]
     return pd.DataFrame(rows)
+
+
+def _assigned(spec: dict, name: str, layer: int) -> int:
+    """The bits an assignment gives one pruned target (a layer, or a module of one)."""
+    return spec["module_bits"][name] if "module_bits" in spec else spec["layer_bits"][str(layer)]
+
+
+def collect_sensitivity(
+    tables: Iterable[str | Path], assignments: Iterable[str | Path]
+) -> pd.DataFrame:
+    """Gathered sensitivity tables, one row per (model, task, target), with the bits every
+    bit list assigned ("16 / 8 / 8", in the paper's order of the lists). Model and task come
+    from the paths: ptq/{model}/{task}/sensitivity/{granularity}.csv and
+    ptq/{model}/{task}/{granularity}/bits-{bits}/assignment.json."""
+    specs: dict[tuple[str, str], list[dict]] = {}
+    for path in map(Path, assignments):
+        specs.setdefault((path.parents[3].name, path.parents[2].name), []).append(
+            json.loads(path.read_text())
+        )
+    frames = []
+    for path in map(Path, tables):
+        frame = pd.read_csv(path).assign(model=path.parents[2].name)
+        found = {
+            bits_label(s["bits"]): s
+            for s in specs.get((path.parents[2].name, path.parents[1].name), [])
+        }
+        order = bit_order(found)
+        frame["bit_lists"] = " / ".join(order)
+        frame["bits"] = [
+            " / ".join(str(_assigned(found[b], n, i)) for b in order)
+            for n, i in zip(frame["name"], frame["layer"], strict=True)
+        ]
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def load_published() -> pd.DataFrame:

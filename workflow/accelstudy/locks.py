@@ -1,0 +1,55 @@
+"""Remove the lock a killed Snakemake run leaves, but only when no Snakemake runs here.
+
+Snakemake keeps `.snakemake/locks/` while it runs and removes it when it ends; a killed run
+leaves it, and the next run stops with "Directory cannot be locked". `make study` calls
+`accelstudy unlock-if-stale` first: with no Snakemake process whose working directory is
+this one, the lock is stale and goes, as `snakemake --unlock` would remove it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import psutil
+
+
+class LockHeldError(RuntimeError):
+    """Snakemake's lock belongs to a Snakemake that is still running."""
+
+
+def _is_snakemake(cmdline: list[str]) -> bool:
+    """`snakemake ...`, `python .../bin/snakemake ...` or `python -m snakemake ...`."""
+    return any(Path(arg).name == "snakemake" for arg in cmdline[:3])
+
+
+def snakemake_pids(directory: Path) -> list[int]:
+    """Snakemake processes working in `directory`, or whose directory we may not read."""
+    here = directory.resolve()
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        info = proc.info
+        if info["pid"] == os.getpid() or not _is_snakemake(info["cmdline"] or []):
+            continue
+        if info["cwd"] is None or Path(info["cwd"]).resolve() == here:
+            pids.append(info["pid"])
+    return pids
+
+
+def unlock_if_stale(directory: Path) -> str:
+    """Remove a stale lock in `directory`; say so in one line ("" when there was none)."""
+    locks = Path(directory) / ".snakemake" / "locks"
+    if not any(locks.glob("*.lock")):
+        return ""
+    pids = snakemake_pids(Path(directory))
+    if pids:
+        raise LockHeldError(
+            f"Snakemake (pid {', '.join(map(str, pids))}) is running in {directory}: wait for "
+            "it, or stop it, then run `make study` again (check with `ps -fp <pid>`)"
+        )
+    shutil.rmtree(locks)
+    return (
+        f"Removed the lock a killed Snakemake run left in {directory} (no Snakemake runs "
+        "there now; a run on another host sharing it would not be seen).\n"
+    )
