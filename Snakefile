@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/baseline.smk"
 include: "workflow/rules/ptq.smk"
+include: "workflow/rules/finetune.smk"
 include: "workflow/rules/report.smk"
 
 

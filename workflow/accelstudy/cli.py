@@ -43,6 +43,59 @@ def _add_prepare_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True)
 
 
+def _add_finetune_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("prepare-instructions", help="instruction data for fine-tuning, cached")
+    p.add_argument("--spec", type=_json, required=True, help="the finetune.data config entry")
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("finetune", help="plan, launch and record one fine-tuning point")
+    for name in ("study", "system", "model-name", "data-source"):
+        p.add_argument(f"--{name}", required=True)
+    p.add_argument("--model-dir", type=Path, required=True)
+    p.add_argument("--point", type=_json, required=True, help="the point (finetune keys)")
+    p.add_argument("--threads", type=int, default=1, help="cores of this job")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "hpu"])
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("plan-memory", help="predict a point's per-card peak memory")
+    p.add_argument("--model", required=True, help="a model directory or resources/models name")
+    p.add_argument("--strategy", required=True, choices=["ddp", "zero3", "fsdp"])
+    p.add_argument("--cards", type=int, default=1)
+    p.add_argument("--method", default="lora", choices=["lora", "full"])
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--attention", default="fused", choices=["fused", "eager"])
+    p.add_argument("--device", default="cuda", choices=["cpu", "cuda", "hpu"])
+    p.add_argument("--memory-per-card-gb", type=float, help="say whether it fits")
+
+
+def _run_finetune(args: argparse.Namespace) -> None:
+    if args.command == "prepare-instructions":
+        from accelstudy.data.instructions import prepare_instructions
+
+        prepare_instructions(args.spec, args.out)
+    elif args.command == "finetune":
+        from accelstudy.finetune.stages import finetune_point
+
+        finetune_point(
+            study=args.study, system=args.system, model_name=args.model_name,
+            model_dir=args.model_dir, point=args.point, data_source=args.data_source,
+            threads=args.threads, out=args.out, device_kind=args.device,
+        )  # fmt: skip
+    else:
+        from accelstudy.finetune.planner import plan_point
+
+        plan = plan_point(
+            args.model, strategy=args.strategy, cards=args.cards, method=args.method,
+            dtype=args.dtype, batch=args.batch, seq_len=args.seq_len, attention=args.attention,
+            device=args.device,
+        )  # fmt: skip
+        for key, value in plan.as_dict().items():
+            print(f"{key:>13s} {value / 2**30:9.2f} GiB")
+        if args.memory_per_card_gb:
+            verdict = "fits" if plan.fits(args.memory_per_card_gb) else "does not fit"
+            print(f"{verdict} a {args.memory_per_card_gb:g} GB card")
+
+
 def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("baseline", help="evaluate the unquantized model on one task")
     for name in ("study", "system", "model-name", "task", "data-source"):
@@ -137,6 +190,7 @@ def _run_ptq(args: argparse.Namespace) -> None:
 
 
 PTQ_COMMANDS = {"sensitivity", "gather-sensitivity", "cluster", "quantize"}
+FINETUNE_COMMANDS = {"prepare-instructions", "finetune", "plan-memory"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prepare_commands(sub)
     _add_eval_commands(sub)
     _add_ptq_commands(sub)
+    _add_finetune_commands(sub)
     return parser
 
 
@@ -155,6 +210,8 @@ def run(args: argparse.Namespace) -> None:
 
     if args.command in PTQ_COMMANDS:
         _run_ptq(args)
+    elif args.command in FINETUNE_COMMANDS:
+        _run_finetune(args)
     elif args.command == "check-config":
         from accelstudy.config import load_config
 
@@ -200,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     from accelstudy.data.sources import DataSourceError
+    from accelstudy.finetune.stages import PointFailed
     from accelstudy.locks import LockHeldError
     from accelstudy.models import ModelSourceError
     from accelstudy.ptq.stages import RecipeDeviceError, SensitivityTableError
@@ -213,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         SensitivityTableError,
         RecipeDeviceError,
         LockHeldError,
+        PointFailed,
     ) as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2

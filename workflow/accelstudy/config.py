@@ -100,7 +100,13 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
     for name, task in config["tasks"].items():
         _check_task(name, task, base)
     _check_ptq(config)
-    load_system(config["system"])
+    system = load_system(config["system"])
+    from accelstudy.finetune.sweep import SweepError, check_sweep
+
+    try:
+        check_sweep(config, system)
+    except SweepError as exc:
+        raise ConfigError(str(exc)) from None
     return config
 
 

@@ -24,7 +24,10 @@ import yaml
 from accelstudy import __version__
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 
-VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "numpy", "snakemake", "lm_eval")
+VERSIONED_PACKAGES = (
+    "torch", "transformers", "datasets", "numpy", "snakemake", "lm_eval", "peft", "accelerate",
+    "deepspeed", "optimum_habana", "habana_torch_plugin", "diffusers",
+)  # fmt: skip
 
 
 def current_umask() -> int:
@@ -79,10 +82,17 @@ def git_commit() -> str:
 
 
 def package_versions() -> dict[str, str]:
+    """The versions that matter, with CUDA / NCCL where the torch build has them."""
+    import torch
+
     versions = {"accelstudy": __version__, "python": platform.python_version()}
     for name in VERSIONED_PACKAGES:
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name.replace("_", "-"))
+    if torch.version.cuda:
+        versions["cuda"] = torch.version.cuda
+        with contextlib.suppress(Exception):
+            versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     return versions
 
 
@@ -146,20 +156,24 @@ def job_record(
     model: str,
     task: str,
     method: str,
-    protocol: str,
+    protocol: str | None,
     data_source: str,
     parameters: dict[str, Any],
     metrics: dict[str, Any],
     config_hash: str,
     wall_s: float,
 ) -> dict[str, Any]:
-    """The result record of one job (`device` is an accelstudy.device.Device)."""
-    return {
+    """The result record of one job (`device` is an accelstudy.device.Device); stages
+    without an evaluation protocol (fine-tuning, diffusion) pass protocol=None."""
+    record = {
         "stage": stage, "study": study, "system": system, "device": device.kind,
         "model": model, "task": task, "method": method, "protocol": protocol,
         "data_source": data_source, "parameters": parameters, "metrics": metrics,
         "provenance": provenance(config_hash, device.name(), device.kind, wall_s),
     }  # fmt: skip
+    if protocol is None:
+        del record["protocol"]
+    return record
 
 
 def validate_record(record: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from accelstudy.config import ConfigError, load_system
+from accelstudy.finetune.sweep import cards_per_node
 from accelstudy.paths import PROJECT_ROOT
 
 ACCOUNT_ENV = "ACCELSTUDY_ACCOUNT"
@@ -125,12 +126,17 @@ def card_count(raw: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+# rules whose jobs span nodes through the launcher module (their cards: finetune.cards)
+MULTI_NODE_RULES = ("finetune",)
+
+
 def check_cards(system: Mapping[str, Any], per_rule: Mapping[str, Mapping[str, Any]]) -> None:
-    """No rule may ask for more cards than one node of the system has (every rule runs on
-    one node today; multi-node rules will come with multi-node launchers)."""
+    """No single-node rule may ask for more cards than one node of the system has."""
     resource = system.get("card_resource", "gpu")
-    limit = int(system["cards_per_node"])
+    limit = cards_per_node(system)
     for rule, values in sorted(per_rule.items()):
+        if rule in MULTI_NODE_RULES:
+            continue
         cards = card_count(values.get(resource)) if resource in values else None
         if cards is not None and cards > limit:
             raise ConfigError(

@@ -4,6 +4,7 @@ import os
 
 from accelstudy.config import ConfigError, load_system, validate_config
 from accelstudy.evaluate.runner import relevant_settings
+from accelstudy.finetune.sweep import nodes_for, points as sweep_points
 from accelstudy.paths import export_for_jobs
 from accelstudy.site import check_profile
 
@@ -30,6 +31,7 @@ CONDA_ENV = {"cuda": "../../envs/cuda.yaml"}.get(
 localrules:
     prepare_model,
     prepare_data,
+    prepare_instructions,
     gather_sensitivity,
     cluster,
     report,
@@ -61,6 +63,10 @@ wildcard_constraints:
     task="|".join(TASKS),
     protocol="paper|lm-eval",
     split="train|validation|test",
+    strategy="ddp|zero3|fsdp",
+    attention="fused|eager",
+    cards=r"\d+",
+    repeat=r"\d+",
 
 
 def model_spec(wildcards):
@@ -171,3 +177,52 @@ def ptq_assignments():
         for task in PTQ_TASKS
         for bits in BIT_LABELS
     ]
+
+
+FINETUNE = config["finetune"]
+FINETUNE_KEYS = (
+    "method", "dtype", "max_steps", "max_samples", "per_device_batch", "grad_accum",
+    "max_seq_length", "learning_rate", "max_grad_norm", "throughput_warmup_steps", "lora",
+    "skip_predicted_oom", "on_unsupported", "checkpoint_steps", "gaudi_mode",
+)  # fmt: skip
+CARD_RESOURCE = SYSTEM.get("card_resource", "none")
+
+
+def finetune_records():
+    if not FINETUNE["enabled"]:
+        return []
+    return [
+        f"{RESULTS}/finetune/{p.model}/{p.strategy}/{p.attention}/cards-{p.cards}/"
+        f"repeat-{p.repeat}.json"
+        for p in sweep_points(config)
+    ]
+
+
+def finetune_point(wildcards):
+    """The point as the worker reads it: only the finetune keys a point depends on."""
+    point = {key: FINETUNE[key] for key in FINETUNE_KEYS}
+    point.update(
+        strategy=wildcards.strategy,
+        attention=wildcards.attention,
+        cards=int(wildcards.cards),
+        repeat=int(wildcards.repeat),
+        lr=FINETUNE["learning_rate"],
+        warmup_steps_for_throughput=FINETUNE["throughput_warmup_steps"],
+        seed=config["seed"],
+        data={"source": "local", "file": f"{RESULTS}/data/instructions/train.jsonl"},
+    )
+    return json.dumps(point, sort_keys=True)
+
+
+def point_cards(kind):
+    """A resource counting this point's cards where the system's card resource is `kind`."""
+    return lambda wildcards: int(wildcards.cards) if CARD_RESOURCE == kind else 0
+
+
+def point_nodes(wildcards):
+    return nodes_for(int(wildcards.cards), SYSTEM)
+
+
+def point_threads(wildcards):
+    """On the cpu system a card is a process, so a point takes one core per card."""
+    return int(wildcards.cards) if SYSTEM["device"] == "cpu" else 1

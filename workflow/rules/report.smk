@@ -3,7 +3,7 @@
 
 rule report:
     input:
-        records=baseline_records() + ptq_records(),
+        records=baseline_records() + ptq_records() + finetune_records(),
         sensitivity=sensitivity_tables(),
         assignments=ptq_assignments(),
     output:

@@ -1,0 +1,171 @@
+"""Predict a fine-tuning point's per-device peak memory from the model's config alone.
+
+The model is instantiated on the meta device (shapes, no weights), so the paper's 8B, 27B
+and 70B models are planned offline from resources/models/*/config.json. Model states
+(parameters, gradients, optimizer states) follow from the strategy and the card count:
+DDP replicates them, FSDP (full shard) and ZeRO-3 split them over the cards. Activations
+are counted from the model's shapes for one micro-batch; a stated framework overhead
+covers the runtime itself (allocator, kernels' workspaces, the Python process).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
+
+from accelstudy.paths import RESOURCES
+
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+SHARDED = {"ddp": False, "fsdp": True, "zero3": True}
+# The process and framework beyond the tensors counted here: CUDA context / HCCL / the
+# Python interpreter with torch loaded. Stated, not fitted per point.
+FRAMEWORK_OVERHEAD = {"cpu": 0.6e9, "cuda": 1.0e9, "hpu": 2.0e9}
+GIB = 2**30
+ZERO3_PERSISTENCE = 100_000  # DeepSpeed's stage3_param_persistence_threshold default
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one sweep point asks of each card."""
+
+    strategy: str  # ddp | fsdp | zero3
+    cards: int
+    method: str = "lora"  # lora | full
+    dtype: str = "bfloat16"  # the base weights' dtype
+    batch: int = 2  # per device
+    seq_len: int = 512
+    attention: str = "fused"  # fused keeps no (heads x seq x seq) scores; eager does
+    lora_rank: int = 64
+    lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Predicted bytes per card, by kind."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    gathered: int  # FSDP / ZeRO-3: full weights all-gathered for the layers at work
+    activations: int
+    overhead: int
+
+    @property
+    def model_states(self) -> int:
+        return self.parameters + self.gradients + self.optimizer
+
+    @property
+    def total(self) -> int:
+        return self.model_states + self.gathered + self.activations + self.overhead
+
+    def as_dict(self) -> dict[str, int]:
+        return {**asdict(self), "model_states": self.model_states, "total": self.total}
+
+    def fits(self, memory_per_card_gb: float) -> bool:
+        return self.total <= memory_per_card_gb * 1e9
+
+
+def load_config(model: str | Path) -> PretrainedConfig:
+    """A config from a directory (a prepared model, or one under resources/models)."""
+    path = Path(model)
+    if not path.is_dir():
+        path = RESOURCES / "models" / str(model)
+    return AutoConfig.from_pretrained(str(path))
+
+
+def tensor_shapes(config: PretrainedConfig, work: Workload) -> list[tuple[int, bool]]:
+    """(elements, trainable) of every parameter tensor, LoRA's A (rank x in) and B
+    (out x rank) beside each targeted Linear; the model is built on the meta device."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    tensors = [(p.numel(), work.method == "full") for p in model.parameters()]
+    if work.method == "lora":
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in work.lora_targets:
+                tensors += [(work.lora_rank * module.in_features, True),
+                            (module.out_features * work.lora_rank, True)]  # fmt: skip
+    return tensors
+
+
+def _layer_elements(config: PretrainedConfig) -> tuple[int, int]:
+    """(one decoder layer's elements, all elements outside the decoder layers)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    layer = sum(p.numel() for p in model.get_decoder().layers[0].parameters())
+    total = sum(p.numel() for p in model.parameters())
+    return layer, total - config.num_hidden_layers * layer
+
+
+def model_state_bytes(tensors: list[tuple[int, bool]], work: Workload) -> dict[str, int]:
+    """What one rank holds, tensor by tensor, as the worker counts it (strategies.held_bytes).
+
+    Weights, adapters, gradients and AdamW's two moments all take the run's dtype (the
+    adapters are cast to it, as the authors' script did); AdamW adds a 4-byte step per
+    trainable tensor (DeepSpeed: one, for its one flat group). FSDP shards every tensor
+    over the cards. ZeRO-3 partitions every
+    tensor (ceil(n / cards) elements each) but also keeps whole, on every rank, the tensors
+    under its persistence threshold; its optimizer works on FP32 master partitions of the
+    trainable weights (4 bytes, and 8 for the moments), its gradients are partitioned.
+    """
+    width, n = BYTES[work.dtype], work.cards
+    out = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
+    for elements, trainable in tensors:
+        if work.strategy == "zero3":
+            held = math.ceil(elements / n) + (elements if elements < ZERO3_PERSISTENCE else 0)
+            share = math.ceil(elements / n)
+        else:
+            held = share = math.ceil(elements / n) if work.strategy == "fsdp" else elements
+        out["parameters"] += held * width
+        if trainable:
+            out["gradients"] += share * width
+            out["optimizer"] += share * (12 if work.strategy == "zero3" else 2 * width)
+    # AdamW's step: one per trainable tensor; DeepSpeed's optimizer sees one flat group
+    steps = 1 if work.strategy == "zero3" else sum(1 for _, trainable in tensors if trainable)
+    out["optimizer"] += 4 * steps
+    return out
+
+
+def activation_bytes(config: PretrainedConfig, work: Workload) -> int:
+    """Tensors autograd keeps for the backward pass of one micro-batch, per card.
+
+    Per decoder layer and token: the two norms' inputs and outputs, q/k/v, the attention
+    output, the MLP's gate, up, activation and product (SwiGLU/GeGLU), and the residuals;
+    eager attention adds the (heads x seq x seq) scores and probabilities. The LM head's
+    logits are kept in FP32 for the loss. Sharding does not split activations.
+    """
+    b, s = work.batch, work.seq_len
+    h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or h // heads
+    kv = config.num_key_value_heads * head_dim
+    width = BYTES[work.dtype]
+    per_layer = b * s * (6 * h + 2 * heads * head_dim + 2 * kv + 4 * i) * width
+    if work.attention == "eager":
+        per_layer += 2 * b * heads * s * s * width
+    return n * per_layer + 2 * b * s * config.vocab_size * 4
+
+
+def plan(config: PretrainedConfig, work: Workload) -> MemoryPlan:
+    """Per-card bytes of one point: model states (`model_state_bytes`), what a sharded
+    rank gathers at once (the unwrapped rest and two decoder layers, the current and the
+    prefetched next), activations and the framework overhead."""
+    states = model_state_bytes(tensor_shapes(config, work), work)
+    layer, rest = _layer_elements(config)
+    sharded = work.strategy != "ddp" and work.cards > 1
+    return MemoryPlan(
+        **states,
+        gathered=(rest + 2 * layer) * BYTES[work.dtype] if sharded else 0,
+        activations=activation_bytes(config, work),
+        overhead=int(FRAMEWORK_OVERHEAD[work.device]),
+    )
+
+
+def plan_point(model: str | Path, **workload: Any) -> MemoryPlan:
+    """`accelstudy plan-memory`: a model directory or resources/models name + a workload."""
+    return plan(load_config(model), Workload(**workload))

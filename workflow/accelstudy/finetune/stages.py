@@ -1,0 +1,104 @@
+"""One sweep point as a pipeline stage: plan its memory, launch its ranks, write its record.
+
+A point the planner says cannot fit is recorded (`predicted-does-not-fit`) without
+launching it, when the config asks. A point whose ranks run out of memory is recorded
+(`does-not-fit`) and the job succeeds, so the sweep goes on. Any other failure fails the
+job and leaves no record, so the scheduler's retry starts the point afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from accelstudy import device as devices
+from accelstudy import launch
+from accelstudy.config import config_hash, load_system
+from accelstudy.finetune.planner import Workload, load_config, plan
+from accelstudy.records import job_record, write_record
+
+log = logging.getLogger("accelstudy")
+WORKER = "accelstudy.finetune.train"
+
+
+class PointFailed(RuntimeError):
+    """The ranks exited with an error (not for lack of memory): no record, the job fails."""
+
+
+def workload(point: dict[str, Any], device_kind: str) -> Workload:
+    lora = point["lora"]
+    return Workload(
+        strategy=point["strategy"], cards=point["cards"], method=point["method"],
+        dtype=point["dtype"], batch=point["per_device_batch"], seq_len=point["max_seq_length"],
+        attention=point["attention"], lora_rank=lora["rank"], lora_targets=tuple(lora["targets"]),
+        device=device_kind,
+    )  # fmt: skip
+
+
+def memory_per_card(system: dict[str, Any], cards: int) -> float:
+    """GB a card offers; on the cpu system the ranks of a node share its RAM."""
+    if "memory_per_card_gb" in system:
+        return float(system["memory_per_card_gb"])
+    per_node = launch.layout(system, cards)[1]
+    return psutil.virtual_memory().total / 1e9 / per_node
+
+
+def run_ranks(system: dict[str, Any], point: dict[str, Any], model_dir: Path, threads: int,
+              result: Path) -> None:  # fmt: skip
+    """Start the point's ranks through the launcher; raise if they fail."""
+    args = ["--point", json.dumps(point), "--model-dir", str(model_dir), "--out", str(result)]
+    command = launch.command(system, point["cards"], WORKER, args, point["strategy"])
+    env = {**os.environ, "OMP_NUM_THREADS": str(launch.threads_per_rank(threads, point["cards"],
+                                                                        system))}  # fmt: skip
+    log.info("launching: %s", " ".join(command))
+    finished = subprocess.run(command, env=env, check=False)
+    if finished.returncode != 0 or not result.is_file():
+        raise PointFailed(
+            f"point {point['strategy']} x {point['cards']} cards exited with status "
+            f"{finished.returncode}; see the job log"
+        )
+
+
+def finetune_point(*, study: str, system: str, model_name: str, model_dir: Path,
+                   point: dict[str, Any], data_source: str, threads: int, out: Path,
+                   device_kind: str = "auto") -> dict[str, Any]:  # fmt: skip
+    """Plan, then (unless predicted not to fit) train one point; write its record."""
+    started = time.perf_counter()
+    machine = load_system(system)
+    device = devices.resolve(device_kind)
+    predicted = plan(load_config(model_dir), workload(point, device.kind))
+    budget = memory_per_card(machine, point["cards"])
+    metrics: dict[str, Any] = {"predicted": predicted.as_dict(), "memory_per_card_gb": budget}
+    if point["skip_predicted_oom"] and not predicted.fits(budget):
+        metrics["status"] = "predicted-does-not-fit"
+    else:
+        result = out.with_name(f".{out.stem}.ranks.json")
+        try:
+            run_ranks(machine, point, model_dir, threads, result)
+            outcome = json.loads(result.read_text())
+        finally:
+            result.unlink(missing_ok=True)
+        metrics.update(outcome.get("metrics", {}), status=outcome["status"])
+        if outcome["status"] == "ok":
+            metrics["model_state_bytes"] = outcome["model_state_bytes"]
+            metrics["peak_memory_per_rank"] = metrics["peak_memory_bytes"]
+            metrics["peak_memory_bytes"] = max(metrics["peak_memory_bytes"])
+        else:
+            metrics["error"] = outcome.get("error", "")
+    metrics["wall_time_s"] = round(time.perf_counter() - started, 3)
+    record = job_record(
+        stage="finetune", study=study, system=system, device=device, model=model_name,
+        task="instructions", method=point["strategy"], protocol=None, data_source=data_source,
+        parameters=point, metrics=metrics, config_hash=config_hash(point),
+        wall_s=time.perf_counter() - started,
+    )  # fmt: skip
+    write_record(out, record)
+    log.info("finetune %s: %s", out, metrics["status"])
+    return record

@@ -1,0 +1,84 @@
+"""The fine-tuning sweep: config -> points, each one Snakemake job, and its checks.
+
+A point is (model, strategy, attention, cards, repeat). Cards beyond one node take
+several nodes; on the `cpu` system a card is a process, as many as the machine has cores.
+Every check here runs before any job, and its error is one line naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+
+class SweepError(ValueError):
+    """A sweep the system cannot run, phrased as one line naming the key and the fix."""
+
+
+class Point(NamedTuple):
+    model: str
+    strategy: str
+    attention: str
+    cards: int
+    repeat: int
+
+
+def cards_per_node(system: Mapping[str, Any]) -> int:
+    """`cores` (the cpu system: a card is a process) means this machine's core count."""
+    value = system["cards_per_node"]
+    return (os.cpu_count() or 1) if value == "cores" else int(value)
+
+
+def nodes_for(cards: int, system: Mapping[str, Any]) -> int:
+    return math.ceil(cards / cards_per_node(system))
+
+
+def points(config: Mapping[str, Any]) -> Iterator[Point]:
+    sweep = config["finetune"]
+    for model in sweep.get("models") or sorted(config["models"]):
+        for strategy in sweep["strategies"]:
+            for attention in sweep["attention"]:
+                for cards in sweep["cards"]:
+                    for repeat in range(sweep["repeats"]):
+                        yield Point(model, strategy, attention, cards, repeat)
+
+
+def check_sweep(config: Mapping[str, Any], system: Mapping[str, Any]) -> None:
+    """Models configured, cards the system has, dtype it offers, DeepSpeed for ZeRO-3."""
+    sweep = config["finetune"]
+    if not sweep["enabled"]:
+        return
+    for model in sweep.get("models") or []:
+        if model not in config["models"]:
+            raise SweepError(
+                f"config key 'finetune.models': model '{model}' is not configured under "
+                f"'models'; configured: {sorted(config['models'])}"
+            )
+    per_node, nodes = cards_per_node(system), int(system.get("nodes", 1))
+    for cards in sweep["cards"]:
+        if cards > per_node * nodes:
+            unit = "cores" if system["cards_per_node"] == "cores" else "cards"
+            raise SweepError(
+                f"config key 'finetune.cards': {cards} cards, but system '{system['name']}' "
+                f"offers {per_node * nodes} ({nodes} node(s) x {per_node} {unit}); ask for "
+                f"at most {per_node * nodes}"
+            )
+    if sweep["dtype"] not in system.get("dtypes", [sweep["dtype"]]):
+        raise SweepError(
+            f"config key 'finetune.dtype': {sweep['dtype']} is not offered by "
+            f"{system.get('accelerator', system['name'])} (system '{system['name']}': "
+            f"{system['dtypes']}); use one of those"
+        )
+    if (
+        "zero3" in sweep["strategies"]
+        and sweep["on_unsupported"] == "error"
+        and importlib.util.find_spec("deepspeed") is None
+    ):
+        raise SweepError(
+            "config key 'finetune.strategies': zero3 needs DeepSpeed, which is not installed "
+            "here; pip install the project's pinned deepspeed, drop zero3, or set "
+            "finetune.on_unsupported: record"
+        )

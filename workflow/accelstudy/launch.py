@@ -1,0 +1,91 @@
+"""Command lines that start N ranks of a worker module, through the existing launchers.
+
+One place turns (system file, cards, strategy) into a launcher's command: torchrun on one
+node; under SLURM across nodes, `srun --overlap` (one torchrun per node of the job's
+allocation) with a c10d rendezvous on the first node; on Gaudi, `mpirun` as optimum-habana's
+gaudi_spawn.py does for DDP and FSDP, DeepSpeed's launcher for ZeRO-3, and inside a Kubeflow
+MPIJob `mpirun` over the job's hostfile. Fine-tuning and diffusion both start their ranks here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from accelstudy.finetune.sweep import nodes_for
+
+RENDEZVOUS_PORT = 29500
+MPI_HOSTFILE = "/etc/mpi/hostfile"  # where a Kubeflow MPIJob's launcher finds its workers
+
+
+def layout(system: Mapping[str, Any], cards: int) -> tuple[int, int]:
+    """(nodes, ranks per node): cards spread evenly over as few nodes as hold them."""
+    nodes = nodes_for(cards, system)
+    return nodes, cards // nodes
+
+
+def first_host(environ: Mapping[str, str]) -> str:
+    """The first node of this SLURM allocation, where the c10d rendezvous listens."""
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", environ["SLURM_JOB_NODELIST"]],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout.split()[0]
+
+
+def command(
+    system: Mapping[str, Any],
+    cards: int,
+    module: str,
+    args: list[str],
+    strategy: str = "ddp",
+    environ: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The full command that starts `cards` ranks of `python -m module args`."""
+    environ = os.environ if environ is None else environ
+    nodes, per_node = layout(system, cards)
+    worker = ["-m", module, *args]
+    if system["launcher"] == "mpirun":
+        if strategy == "zero3" and nodes == 1:
+            return ["deepspeed", f"--num_gpus={per_node}", "--no_local_rank", "--module",
+                    module, *args]  # fmt: skip
+        placement = (
+            ["--hostfile", MPI_HOSTFILE, "--npernode", str(per_node)]
+            if nodes > 1
+            else ["--bind-to", "core", "--map-by", "socket:PE=6", "--rank-by", "core"]
+        )
+        return ["mpirun", "-n", str(cards), *placement, "--allow-run-as-root",
+                sys.executable, *worker]  # fmt: skip
+    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={per_node}"]
+    if nodes == 1:
+        return [*torchrun, "--standalone", *worker]
+    if system.get("scheduler") != "slurm":
+        raise ValueError(
+            f"{cards} cards need {nodes} nodes of system '{system['name']}', which only a "
+            "SLURM allocation (or a Kubeflow MPIJob on Gaudi) provides here"
+        )
+    endpoint = f"{first_host(environ)}:{RENDEZVOUS_PORT}"
+    return ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1", *torchrun,
+            f"--nnodes={nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={environ.get('SLURM_JOB_ID', 'accelstudy')}", *worker]  # fmt: skip
+
+
+def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
+    """Under mpirun, give each rank torch.distributed's variables from Open MPI's, as
+    optimum-habana's distributed runner does (torchrun and DeepSpeed set them already)."""
+    environ = os.environ if environ is None else environ
+    if "RANK" in environ or "OMPI_COMM_WORLD_RANK" not in environ:
+        return
+    environ["RANK"] = environ["OMPI_COMM_WORLD_RANK"]
+    environ["WORLD_SIZE"] = environ["OMPI_COMM_WORLD_SIZE"]
+    environ["LOCAL_RANK"] = environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+    environ.setdefault("MASTER_ADDR", "localhost")
+    environ.setdefault("MASTER_PORT", str(RENDEZVOUS_PORT))
+
+
+def threads_per_rank(threads: int, cards: int, system: Mapping[str, Any]) -> int:
+    """OMP threads per rank so the ranks of one node share its job's cores, not oversubscribe."""
+    return max(1, threads // layout(system, cards)[1])

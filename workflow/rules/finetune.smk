@@ -1,0 +1,45 @@
+# Part 2: fine-tuning sweeps. Scatter: one job per (model, strategy, attention, cards,
+# repeat), asking the scheduler for exactly its cards (and nodes, beyond one node's cards).
+
+
+rule prepare_instructions:
+    output:
+        f"{RESULTS}/data/instructions/train.jsonl",
+    log:
+        f"{RESULTS}/logs/prepare_data/instructions.log",
+    conda:
+        CONDA_ENV
+    params:
+        spec=json.dumps(FINETUNE["data"], sort_keys=True),
+    shell:
+        "accelstudy prepare-instructions --spec {params.spec:q} --out {output:q} "
+        "> {log:q} 2>&1"
+
+
+rule finetune:
+    input:
+        model=f"{RESULTS}/models/{{model}}",
+        data=f"{RESULTS}/data/instructions/train.jsonl",
+    output:
+        f"{RESULTS}/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.json",
+    log:
+        f"{RESULTS}/logs/finetune/{{model}}-{{strategy}}-{{attention}}-{{cards}}-{{repeat}}.log",
+    conda:
+        CONDA_ENV
+    threads: point_threads
+    resources:
+        gpu=point_cards("gpu"),
+        gaudi=point_cards("gaudi"),
+        nodes=point_nodes,
+        mem_mb=8000,
+        runtime=lambda wildcards, attempt: 60 * attempt,
+    params:
+        study=config["study"],
+        system=config["system"],
+        point=finetune_point,
+        source=FINETUNE["data"]["source"],
+    shell:
+        "accelstudy finetune --study {params.study} --system {params.system} "
+        "--model-name {wildcards.model} --model-dir {input.model:q} "
+        "--point {params.point:q} --data-source {params.source} --threads {threads} "
+        "--out {output:q} > {log:q} 2>&1"
