@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
 PROFILE = ROOT / "profiles" / "slurm-test"
 ACCOUNT = "ci-project"
-SUBMITTED_RULES = {"baseline", "sensitivity", "quantize"}
+SUBMITTED_RULES = {"baseline", "sensitivity", "quantize", "finetune"}
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol")
 
 
@@ -91,6 +91,8 @@ def promised(rule: str) -> dict:
         for name, value in values.items()
     }
     evaluated["threads"] = profile["set-threads"][rule]
+    if rule == "finetune":  # the rule asks for the point's cards: finetune.cards in tiny.yaml
+        evaluated["gpu"] = 2
     return evaluated
 
 
@@ -112,9 +114,9 @@ def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
         by_rule.setdefault(rule_of(job), []).append(job)
     # only GPU work went to the scheduler; data, clustering and report ran locally
     assert set(by_rule) == SUBMITTED_RULES
-    # 4 baseline evaluations, 2 sensitivity chunks, 2 bit lists x 2 recipes
+    # 4 baseline evaluations, 2 sensitivity chunks, 2 bit lists x 2 recipes, 1 point
     assert {rule: len(v) for rule, v in by_rule.items()} == {
-        "baseline": 4, "sensitivity": 2, "quantize": 4,
+        "baseline": 4, "sensitivity": 2, "quantize": 4, "finetune": 1,
     }  # fmt: skip
     for rule, rule_jobs in by_rule.items():
         want = promised(rule)
@@ -129,6 +131,22 @@ def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
             assert int(job["NumCPUs"]) == want["threads"]
     # quantize asks for two cards: the scheduler really gave it two GPUs
     assert by_rule["quantize"][0]["TresPerJob"] == "gres:gpu:2"
+
+
+def test_two_process_point_ran_inside_its_slurm_job(slurm_study, cluster):
+    """torchrun started both ranks inside the job SLURM gave two GPUs and two CPUs."""
+    workdir, _ = slurm_study
+    path = workdir / "results" / "tiny" / "finetune" / "tiny" / "ddp" / "fused" / "cards-2"
+    record = json.loads((path / "repeat-0.json").read_text())
+    metrics = record["metrics"]
+    assert metrics["status"] == "ok" and metrics["steps"] == 4
+    assert len(metrics["model_state_bytes"]) == 2  # one count per rank
+    assert metrics["tokens_per_s"] > 0
+    job = {j["JobId"]: j for j in scheduler_records(cluster)}[
+        record["provenance"]["scheduler"]["job_id"]
+    ]
+    assert rule_of(job) == "finetune" and job["TresPerJob"] == "gres:gpu:2"
+    assert int(job["NumCPUs"]) == 2 and int(job["NumNodes"]) == 1
 
 
 def test_records_name_the_slurm_job_that_wrote_them(slurm_study, cluster):

@@ -39,10 +39,12 @@ localrules:
 
 RESULTS = f"{config['results_dir']}/{config['study']}"
 MODELS = sorted(config["models"])
+# models only fine-tuned (evaluate: false) get no baseline or PTQ jobs
+EVAL_MODELS = [m for m in MODELS if config["models"][m]["evaluate"]]
 TASKS = sorted(config["tasks"])
 EVAL_UNITS = [
     (model, task, protocol)
-    for model in MODELS
+    for model in EVAL_MODELS
     for task in TASKS
     for protocol in config["tasks"][task]["protocols"]
 ]
@@ -153,7 +155,7 @@ def sensitivity_chunks(wildcards):
 def ptq_records():
     return [
         f"{RESULTS}/ptq/{model}/{task}/{PTQ['granularity']}/bits-{bits}/{recipe}.json"
-        for model in MODELS
+        for model in EVAL_MODELS
         for task in PTQ_TASKS
         for bits in BIT_LABELS
         for recipe in PTQ["recipes"]
@@ -164,7 +166,7 @@ def sensitivity_tables():
     """The gathered sensitivity tables, for the report's Fig. 1."""
     return [
         f"{RESULTS}/ptq/{model}/{task}/sensitivity/{PTQ['granularity']}.csv"
-        for model in MODELS
+        for model in EVAL_MODELS
         for task in PTQ_TASKS
     ]
 
@@ -173,7 +175,7 @@ def ptq_assignments():
     """Every bit list's assignment, in config order: Fig. 1 colours the targets by them."""
     return [
         f"{RESULTS}/ptq/{model}/{task}/{PTQ['granularity']}/bits-{bits}/assignment.json"
-        for model in MODELS
+        for model in EVAL_MODELS
         for task in PTQ_TASKS
         for bits in BIT_LABELS
     ]

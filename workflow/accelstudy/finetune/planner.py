@@ -24,9 +24,10 @@ BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SHARDED = {"ddp": False, "fsdp": True, "zero3": True}
 # The process and framework beyond the tensors counted here: CUDA context / HCCL / the
 # Python interpreter with torch loaded. Stated, not fitted per point.
-FRAMEWORK_OVERHEAD = {"cpu": 0.6e9, "cuda": 1.0e9, "hpu": 2.0e9}
+# cpu: RSS growth beyond the tensors counted here (allocator slack, thread pools, oneDNN's
+# reordered bf16 weights); cuda: context and cuBLAS workspaces; hpu: the graph runtime.
+FRAMEWORK_OVERHEAD = {"cpu": 0.3e9, "cuda": 1.0e9, "hpu": 2.0e9}
 GIB = 2**30
-ZERO3_PERSISTENCE = 100_000  # DeepSpeed's stage3_param_persistence_threshold default
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Workload:
     lora_rank: int = 64
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
     device: str = "cpu"
+    zero3_persistence: int = 100_000  # DeepSpeed's stage3_param_persistence_threshold
 
 
 @dataclass(frozen=True)
@@ -105,8 +107,9 @@ def _layer_elements(config: PretrainedConfig) -> tuple[int, int]:
 def model_state_bytes(tensors: list[tuple[int, bool]], work: Workload) -> dict[str, int]:
     """What one rank holds, tensor by tensor, as the worker counts it (strategies.held_bytes).
 
-    Weights, adapters, gradients and AdamW's two moments all take the run's dtype (the
-    adapters are cast to it, as the authors' script did); AdamW adds a 4-byte step per
+    Weights, adapters, gradients and AdamW's two moments take the run's dtype (the
+    adapters are cast to it, as the authors' script did), except under FSDP, whose mixed
+    precision keeps the trainable ones in FP32; AdamW adds a 4-byte step per
     trainable tensor (DeepSpeed: one, for its one flat group). FSDP shards every tensor
     over the cards. ZeRO-3 partitions every
     tensor (ceil(n / cards) elements each) but also keeps whole, on every rank, the tensors
@@ -114,17 +117,20 @@ def model_state_bytes(tensors: list[tuple[int, bool]], work: Workload) -> dict[s
     trainable weights (4 bytes, and 8 for the moments), its gradients are partitioned.
     """
     width, n = BYTES[work.dtype], work.cards
+    # FSDP: accelerate's mixed precision upcasts the trainable weights to FP32 shards
+    trained = 4 if work.strategy == "fsdp" else width
     out = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
     for elements, trainable in tensors:
         if work.strategy == "zero3":
-            held = math.ceil(elements / n) + (elements if elements < ZERO3_PERSISTENCE else 0)
+            whole = elements if elements < work.zero3_persistence else 0
+            held = math.ceil(elements / n) + whole
             share = math.ceil(elements / n)
         else:
             held = share = math.ceil(elements / n) if work.strategy == "fsdp" else elements
-        out["parameters"] += held * width
+        out["parameters"] += held * (trained if trainable else width)
         if trainable:
-            out["gradients"] += share * width
-            out["optimizer"] += share * (12 if work.strategy == "zero3" else 2 * width)
+            out["gradients"] += share * trained
+            out["optimizer"] += share * (12 if work.strategy == "zero3" else 2 * trained)
     # AdamW's step: one per trainable tensor; DeepSpeed's optimizer sees one flat group
     steps = 1 if work.strategy == "zero3" else sum(1 for _, trainable in tensors if trainable)
     out["optimizer"] += 4 * steps
@@ -134,21 +140,25 @@ def model_state_bytes(tensors: list[tuple[int, bool]], work: Workload) -> dict[s
 def activation_bytes(config: PretrainedConfig, work: Workload) -> int:
     """Tensors autograd keeps for the backward pass of one micro-batch, per card.
 
-    Per decoder layer and token: the two norms' inputs and outputs, q/k/v, the attention
-    output, the MLP's gate, up, activation and product (SwiGLU/GeGLU), and the residuals;
-    eager attention adds the (heads x seq x seq) scores and probabilities. The LM head's
-    logits are kept in FP32 for the loss. Sharding does not split activations.
+    Per decoder layer and token (elements): both norms' inputs and outputs (4h), q, k, v
+    (h + 2kv), q and k after RoPE (h + kv), k and v repeated to every query head (2h), the
+    attention output and o_proj's input (2h), LoRA's dropped-out inputs (h per target), and
+    the MLP's gate, up, activation and product (4i); eager attention adds the (heads x seq
+    x seq) scores and probabilities. The logits are kept in the run's dtype, in FP32 for
+    the loss, as its log-softmax and as their gradient. Sharding does not split activations.
     """
     b, s = work.batch, work.seq_len
     h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or h // heads
-    kv = config.num_key_value_heads * head_dim
+    q, kv = heads * head_dim, config.num_key_value_heads * head_dim
     width = BYTES[work.dtype]
-    per_layer = b * s * (6 * h + 2 * heads * head_dim + 2 * kv + 4 * i) * width
+    lora = len(work.lora_targets) * h if work.method == "lora" else 0
+    per_token = 4 * h + (q + 2 * kv) + (q + kv) + 2 * q + 2 * h + lora + 4 * i
+    per_layer = b * s * per_token * width
     if work.attention == "eager":
         per_layer += 2 * b * heads * s * s * width
-    return n * per_layer + 2 * b * s * config.vocab_size * 4
+    return n * per_layer + b * s * config.vocab_size * (width + 3 * 4)
 
 
 def plan(config: PretrainedConfig, work: Workload) -> MemoryPlan:

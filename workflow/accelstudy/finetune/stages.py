@@ -33,12 +33,14 @@ class PointFailed(RuntimeError):
 
 
 def workload(point: dict[str, Any], device_kind: str) -> Workload:
+    """The planner's view of a point (the worker reads the same keys)."""
     lora = point["lora"]
+    persistence = point.get("zero3_persistence_threshold")
     return Workload(
         strategy=point["strategy"], cards=point["cards"], method=point["method"],
         dtype=point["dtype"], batch=point["per_device_batch"], seq_len=point["max_seq_length"],
         attention=point["attention"], lora_rank=lora["rank"], lora_targets=tuple(lora["targets"]),
-        device=device_kind,
+        device=device_kind, **({} if persistence is None else {"zero3_persistence": persistence}),
     )  # fmt: skip
 
 

@@ -1,0 +1,179 @@
+"""Fine-tuning points run for real on CPU: each strategy under torchrun with 2 processes
+(gloo), the sharding proven by the bytes each rank holds; out of memory is a result, any
+other error is a failure; the data is prepared as optimum-habana's run_lora_clm.py does."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from accelstudy.data.instructions import (
+    PROMPT_DICT,
+    concatenated_blocks,
+    load_examples,
+    prompt_text,
+)
+from accelstudy.data.sources import DataSourceError
+
+WORKER = ["-m", "accelstudy.finetune.train"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+# bytes per element each strategy keeps under bf16: accelerate's FSDP upcasts the trainable
+# parameters to fp32 (their fp32 copy is the master); ZeRO-3 keeps a separate fp32 master
+ELEMENT_BYTES = {"ddp": (2, 2), "fsdp": (4, 2), "zero3": (2, 2)}
+
+
+def make_point(strategy: str, **overrides) -> dict:
+    point = {
+        "strategy": strategy, "cards": 2, "attention": "fused", "method": "lora",
+        "dtype": "bfloat16", "max_steps": 4, "per_device_batch": 2, "grad_accum": 2,
+        "max_seq_length": 64, "lr": 3e-4, "max_grad_norm": 0.3,
+        "lora": {"rank": 8, "alpha": 8, "dropout": 0.05, "targets": ["q_proj", "v_proj"]},
+        "warmup_steps_for_throughput": 3, "data": {"source": "standin"},
+        # DeepSpeed keeps parameters under 1e5 elements whole on every rank: all of a tiny
+        # model's are, so shard them too to see the partitioning
+        "zero3_persistence_threshold": 0,
+    }  # fmt: skip
+    return {**point, **overrides}
+
+
+def run_worker(point, model_dir, out, processes=2, env=None):
+    launcher = [*TORCHRUN, str(processes)] if processes else [sys.executable]
+    command = [*launcher, *WORKER, "--point", json.dumps(point), "--model-dir", str(model_dir),
+               "--out", str(out)]  # fmt: skip
+    return subprocess.run(
+        command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from accelstudy.models import save_prepared, tiny_random_llama
+
+    path = tmp_path_factory.mktemp("finetune") / "tiny"
+    save_prepared(*tiny_random_llama(layers=2, hidden=64, heads=4, kv_heads=2), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def full_numel(model_dir):
+    """(trainable, frozen) element counts of the LoRA'd model, as one process holds it."""
+    from accelstudy.finetune.train import load_model
+
+    model, _ = load_model(model_dir, make_point("ddp", dtype="float32"))
+    params = list(model.parameters())
+    return (
+        sum(p.numel() for p in params if p.requires_grad),
+        sum(p.numel() for p in params if not p.requires_grad),
+    )
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero3"])
+def test_two_processes_shard_as_the_strategy_says(strategy, model_dir, full_numel, tmp_path):
+    out = tmp_path / "result.json"
+    finished = run_worker(make_point(strategy), model_dir, out)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["status"] == "ok" and result["world_size"] == 2
+    metrics = result["metrics"]
+    assert metrics["steps"] == 4 and metrics["throughput_warmup_steps"] == 3
+    assert math.isfinite(metrics["final_loss"]) and metrics["tokens_per_s"] > 0
+    assert len(metrics["peak_memory_bytes"]) == 2
+
+    trainable_size, frozen_size = ELEMENT_BYTES[strategy]
+    full = {
+        "params_trainable": full_numel[0] * trainable_size,
+        "params_frozen": full_numel[1] * frozen_size,
+    }
+    share = 1.0 if strategy == "ddp" else 0.5
+    ranks = result["model_state_bytes"]
+    for held in ranks:
+        for key, total in full.items():
+            assert held[key] == pytest.approx(share * total, rel=0.02), (key, held)
+        assert held["params_whole_copies"] == 0
+        assert held["grads"] > 0 and held["optimizer_states"] > 0
+    if strategy == "zero3":  # fp32 master partitions, Adam's two states of them
+        master = full_numel[0] * 4 * share
+        for held in ranks:
+            assert held["master_fp32"] == pytest.approx(master, rel=0.02)
+            assert held["optimizer_states"] == pytest.approx(2 * master, rel=0.02)
+
+
+def test_out_of_memory_is_a_does_not_fit_result(model_dir, tmp_path):
+    out = tmp_path / "result.json"
+    env = {"ACCELSTUDY_TEST_RAISE_OOM": "1"}
+    finished = run_worker(make_point("ddp"), model_dir, out, env=env)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["status"] == "does-not-fit"
+    assert result["error"].startswith("torch.OutOfMemoryError:")
+
+
+def test_another_error_exits_non_zero_and_writes_nothing(tmp_path):
+    out = tmp_path / "result.json"
+    out.write_text('{"status": "ok"}')  # an earlier run's result is never taken as this one's
+    finished = run_worker(make_point("ddp"), tmp_path / "no-model", out, processes=0)
+    assert finished.returncode != 0
+    assert not out.exists()
+
+
+def test_one_process_without_torchrun(model_dir, tmp_path):
+    out = tmp_path / "result.json"
+    point = make_point("zero3", cards=1, dtype="float32", max_steps=2)
+    finished = run_worker(point, model_dir, out, processes=0)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 1 and result["metrics"]["throughput_warmup_steps"] == 0
+    assert result["model_state_bytes"][0]["master_fp32"] > 0
+
+
+def test_prompts_are_the_scripts_templates():
+    with_input = {"instruction": "Add.", "input": "2 and 3", "output": "5"}
+    assert prompt_text(with_input) == PROMPT_DICT["prompt_with_input"].format_map(with_input) + "5"
+    assert prompt_text({"instruction": "Say hi.", "output": "Hi"}).endswith(
+        "### Instruction:\nSay hi.\n\n### Response:Hi"
+    )
+
+
+def test_concatenation_cuts_full_blocks_with_eos_between_examples(tiny):
+    _, tokenizer = tiny
+    examples = load_examples({"source": "standin"})[:20]
+    blocks = concatenated_blocks(examples, tokenizer, 512)
+    assert (
+        all(len(b) == 512 for b in blocks["input_ids"]) and blocks["labels"] == blocks["input_ids"]
+    )
+    stream = [t for b in blocks["input_ids"] for t in b]
+    lengths = [len(tokenizer(prompt_text(e))["input_ids"]) for e in examples]
+    assert len(stream) == sum(n + 1 for n in lengths) // 512 * 512  # EOS each, remainder dropped
+    assert stream[lengths[0]] == tokenizer.eos_token_id
+    truncated = concatenated_blocks(examples, tokenizer, 64, limit=3)["input_ids"]
+    assert (
+        len(truncated) == 3
+        and truncated[1][0] == tokenizer(prompt_text(examples[1]))["input_ids"][0]
+    )
+
+
+def test_local_file_with_renamed_columns(tmp_path):
+    path = tmp_path / "psychology.jsonl"
+    rows = [{"question": "Why?", "answer": "Because."}, {"question": "How?", "answer": "So."}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {"source": "local", "file": str(path)}
+    columns = {"instruction": "question", "output": "answer"}
+    examples = load_examples({**spec, "columns": columns})
+    assert examples[0] == {"instruction": "Why?", "input": "", "output": "Because."}
+    with pytest.raises(DataSourceError, match=r"data\.columns\.instruction"):
+        load_examples(spec)
+
+
+def test_standin_is_real_text_in_instruction_shape():
+    examples = load_examples({"source": "standin"})
+    assert len(examples) > 100
+    assert all(
+        e["instruction"].startswith("Explain the Python documentation topic") for e in examples
+    )
+    assert sum(len(e["output"].split()) for e in examples) > 10_000
+    assert torch.tensor([len(e["output"]) for e in examples]).float().mean() > 100

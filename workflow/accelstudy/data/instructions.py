@@ -1,0 +1,153 @@
+"""Instruction/output data for fine-tuning, prepared as the authors' script prepares it.
+
+The authors trained with optimum-habana's `examples/language-modeling/run_lora_clm.py`
+(`--train_file`, `--dataset_concatenation`, `--max_seq_length 512`). This module follows
+that script: its Alpaca-style `PROMPT_DICT` (copied below as data, unchanged), the prompt
+plus the output as one text, EOS appended when it fits, labels equal to the inputs
+(`train_on_inputs` is True there by default), then every column concatenated and cut into
+`max_seq_length` blocks, the remainder dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from accelstudy.data.sources import DataSourceError, _read_local
+from accelstudy.records import atomic_open
+
+# optimum-habana, examples/language-modeling/run_lora_clm.py: PROMPT_DICT
+PROMPT_DICT = {
+    "prompt_with_input": (
+        "Below is an instruction that describes a task, paired with an input that provides "
+        "further context. "
+        "Write a response that appropriately completes the request.\n\n"
+        "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:"
+    ),
+    "prompt_without_input": (
+        "Below is an instruction that describes a task. "
+        "Write a response that appropriately completes the request.\n\n"
+        "### Instruction:\n{instruction}\n\n### Response:"
+    ),
+}
+DEFAULT_COLUMNS = {"instruction": "instruction", "input": "input", "output": "output"}
+ENCODE_CHUNK = 64  # examples tokenised at a time; stops as soon as enough blocks exist
+
+
+def standin_examples() -> list[dict[str, str]]:
+    """Real English text in the instruction/output shape: each prose paragraph of the
+    Python documentation (train topics) is the answer to a request to explain its topic."""
+    from accelstudy.data.standin import corpus_paragraphs
+
+    return [
+        {
+            "instruction": f"Explain the Python documentation topic '{title}'.",
+            "input": "",
+            "output": paragraph,
+        }
+        for title, paragraph in corpus_paragraphs("train")
+    ]
+
+
+def _rename(rows: list[dict[str, Any]], columns: dict[str, str | None], origin: str) -> list:
+    """Map the configured column names onto instruction/input/output; input is optional."""
+    wanted = {**DEFAULT_COLUMNS, **columns}
+    if not rows:
+        raise DataSourceError(f"{origin}: no rows")
+    for role in ("instruction", "output"):
+        if wanted[role] not in rows[0]:
+            raise DataSourceError(
+                f"{origin}: no column '{wanted[role]}' (config key 'data.columns.{role}'); "
+                f"found {sorted(rows[0])}"
+            )
+    source_input = wanted["input"] if wanted["input"] in rows[0] else None
+    return [
+        {
+            "instruction": str(row[wanted["instruction"]] or ""),
+            "input": str(row[source_input] or "") if source_input else "",
+            "output": str(row[wanted["output"]] or ""),
+        }
+        for row in rows
+    ]
+
+
+def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[dict[str, str]]:
+    """Examples as `spec` says: source standin | hf (dataset, name, split, revision) |
+    local (file: .jsonl/.json/.parquet/.csv), with optional `columns` renames."""
+    source = spec.get("source", "standin")
+    if source == "standin":
+        return standin_examples()
+    if source == "local":
+        path = (base_dir or Path.cwd()) / spec["file"]
+        rows, origin = _read_local(path), f"data file '{spec['file']}'"
+    elif source == "hf":
+        from datasets import load_dataset
+
+        data = load_dataset(
+            spec["dataset"], spec.get("name"), split=spec.get("split", "train"),
+            revision=spec.get("revision"),
+        )  # fmt: skip
+        rows, origin = [dict(row) for row in data], f"dataset '{spec['dataset']}'"
+    else:
+        raise DataSourceError(f"config key 'data.source': unknown source '{source}'")
+    return _rename(rows, spec.get("columns") or {}, origin)
+
+
+def prepare_instructions(spec: dict[str, Any], out: str | Path) -> int:
+    """Load the examples once (Hub, file or stand-in) and cache them as JSON Lines with
+    instruction/input/output columns, so the training ranks never touch the network."""
+    rows = load_examples(spec)
+    with atomic_open(out) as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(rows)
+
+
+def prompt_text(example: dict[str, str]) -> str:
+    """The script's `create_prompts` source followed directly by its target."""
+    key = "prompt_with_input" if example.get("input", "") != "" else "prompt_without_input"
+    return PROMPT_DICT[key].format_map(example) + example["output"]
+
+
+def _encoded(
+    examples: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase, max_len: int
+) -> Iterator[list[int]]:
+    """Token ids of each example: truncated to max_len, EOS appended when it fits."""
+    eos = tokenizer.eos_token_id
+    for start in range(0, len(examples), ENCODE_CHUNK):
+        texts = [prompt_text(e) for e in examples[start : start + ENCODE_CHUNK]]
+        for ids in tokenizer(texts, truncation=True, max_length=max_len)["input_ids"]:
+            if eos is not None and (not ids or ids[-1] != eos) and len(ids) < max_len:
+                ids = [*ids, eos]
+            yield ids
+
+
+def concatenated_blocks(
+    examples: list[dict[str, str]],
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    limit: int | None = None,
+) -> dict[str, list[list[int]]]:
+    """`--dataset_concatenation`: all token ids end to end, cut into full blocks; the first
+    `limit` blocks (as `--max_train_samples` selects) are all that is tokenised."""
+    stream: list[int] = []
+    for ids in _encoded(examples, tokenizer, max_seq_length):
+        stream.extend(ids)
+        if limit is not None and len(stream) >= limit * max_seq_length:
+            break
+    count = len(stream) // max_seq_length
+    count = count if limit is None else min(count, limit)
+    if count == 0:
+        raise DataSourceError(
+            f"the data holds fewer than {max_seq_length} tokens: not one training block"
+        )
+    blocks = [stream[i * max_seq_length : (i + 1) * max_seq_length] for i in range(count)]
+    return {
+        "input_ids": blocks,
+        "attention_mask": [[1] * max_seq_length for _ in blocks],
+        "labels": [list(block) for block in blocks],
+    }

@@ -1,0 +1,245 @@
+"""One fine-tuning point on this rank: `python -m accelstudy.finetune.train --point JSON
+--model-dir DIR --out RESULT.json`, under torchrun or alone (then as a 1-process group).
+
+Rank 0 writes the result. Running out of memory is a result (`does-not-fit`, exit 0): the
+sweep goes on and the report shows the hole. Any other error exits non-zero and writes
+nothing, so the scheduler's retry starts the point afresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+from transformers import TrainerCallback, default_data_collator
+
+from accelstudy.finetune import strategies
+from accelstudy.launch import rank_environment
+from accelstudy.records import package_versions, write_json
+
+OOM_HOOK = "ACCELSTUDY_TEST_RAISE_OOM"  # "1": every rank raises OutOfMemoryError in step 1
+CPU_PEAK = "RSS growth: getrusage ru_maxrss at the end minus the RSS before the model loads"
+WARMUP_NOTE = "lr_scheduler constant ignores warm-up: the authors' warmup_ratio 0.03 had no effect"
+
+
+class Meter(TrainerCallback):
+    """Runtime, the clock after the warm-up steps (as `--throughput_warmup_steps`), the
+    losses, and the model-state bytes this rank holds right after each optimizer step."""
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.warmup_steps = warmup_steps
+        self.times: dict[str, float] = {}
+        self.losses: list[float] = []
+        self.held: dict[str, int] = {}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.times["begin"] = time.perf_counter()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if os.environ.get(OOM_HOOK) == "1":
+            raise torch.OutOfMemoryError(f"out of memory (test hook {OOM_HOOK})")
+
+    def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
+        counts = strategies.held_bytes(model, getattr(optimizer, "optimizer", optimizer))
+        self.held = {key: max(value, self.held.get(key, 0)) for key, value in counts.items()}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.warmup_steps:
+            self.times["warm"] = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.losses.append(float(logs["loss"]))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.times["end"] = time.perf_counter()
+
+
+def ensure_process_group_env() -> None:
+    """Outside torchrun, describe a 1-process group so every strategy runs the same way."""
+    if "LOCAL_RANK" in os.environ:
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(
+        RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )  # fmt: skip
+
+
+def decoder_layer_classes(model_dir: Path) -> list[str]:
+    """What FSDP wraps: the model's own no-split modules (its decoder layer class)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir)))
+    return sorted(model._no_split_modules)
+
+
+def load_model(model_dir: Path, point: dict[str, Any]):
+    """The prepared model in the point's dtype and attention, with LoRA (peft) if asked.
+    Adapters take the model's dtype, as the authors' `lora_model.to(bfloat16)` did."""
+    from peft import LoraConfig, TaskType, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from accelstudy.device import DTYPES
+    from accelstudy.models import DTYPE_KWARG
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), use_safetensors=True, **{DTYPE_KWARG: DTYPES[point["dtype"]]},
+        attn_implementation=strategies.ATTENTION[point["attention"]],
+    )  # fmt: skip
+    model.config.use_cache = False
+    if point["method"] == "lora":
+        lora = point["lora"]
+        config = LoraConfig(
+            r=lora["rank"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+            target_modules=list(lora["targets"]), bias="none", task_type=TaskType.CAUSAL_LM,
+        )  # fmt: skip
+        model = get_peft_model(model, config, autocast_adapter_dtype=False)
+    return model, tokenizer
+
+
+def train_dataset(point: dict[str, Any], tokenizer, world_size: int):
+    """Exactly the blocks the steps consume: steps x batch x accumulation x ranks."""
+    from datasets import Dataset
+
+    from accelstudy.data.instructions import concatenated_blocks, load_examples
+
+    needed = point["max_steps"] * point["per_device_batch"] * point["grad_accum"] * world_size
+    examples = load_examples(point.get("data") or {"source": "standin"})
+    return Dataset.from_dict(
+        concatenated_blocks(examples, tokenizer, point["max_seq_length"], limit=needed)
+    )
+
+
+def run_point(point: dict[str, Any], model_dir: Path) -> dict[str, Any]:
+    """Train one point on this rank; return this rank's measurements."""
+    from accelstudy.device import resolve
+
+    device = resolve(point.get("device", "auto"))
+    # the launcher's OMP_NUM_THREADS wins (torchrun sets 1 where none is given)
+    for key, value in strategies.process_env(int(os.environ["LOCAL_WORLD_SIZE"])).items():
+        os.environ.setdefault(key, value)
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    strategies.prepare_state(point["strategy"], device.kind)
+    baseline = psutil.Process().memory_info().rss
+    device.reset_peak_memory()
+    with tempfile.TemporaryDirectory(prefix="accelstudy-ft-") as scratch:
+        args = strategies.training_arguments(
+            point, Path(scratch), device.kind, decoder_layer_classes(model_dir)
+        )
+        model, tokenizer = load_model(model_dir, point)  # after the arguments: zero.Init
+        meter = Meter(point.get("warmup_steps_for_throughput", 3))
+        trainer = strategies.StrategyTrainer(
+            model=model, args=args, data_collator=default_data_collator,
+            train_dataset=train_dataset(point, tokenizer, args.world_size), callbacks=[meter],
+        )  # fmt: skip
+        steps = trainer.train().global_step
+    peak = device.peak_memory_bytes()
+    warmed = "warm" in meter.times and steps > meter.warmup_steps
+    return {
+        "device": device.kind,
+        "world_size": args.world_size,
+        "steps": steps,
+        "runtime_s": meter.times["end"] - meter.times["begin"],
+        "timed_s": meter.times["end"] - meter.times["warm" if warmed else "begin"],
+        "warmup_steps": meter.warmup_steps if warmed else 0,
+        "losses": meter.losses,
+        "peak_memory_bytes": peak - baseline if device.kind == "cpu" else peak,
+        "model_state_bytes": meter.held,
+    }
+
+
+def summarise(point: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The point's result: rank 0's clock and losses, every rank's memory and bytes."""
+    first = ranks[0]
+    per_step = point["per_device_batch"] * point["grad_accum"] * first["world_size"]
+    samples = (first["steps"] - first["warmup_steps"]) * per_step
+    return {
+        "status": "ok",
+        "point": point,
+        "world_size": first["world_size"],
+        "device": first["device"],
+        "metrics": {
+            "train_runtime_s": first["runtime_s"],
+            "steps": first["steps"],
+            "throughput_warmup_steps": first["warmup_steps"],
+            "samples_per_s": samples / first["timed_s"],
+            "tokens_per_s": samples * point["max_seq_length"] / first["timed_s"],
+            "final_loss": first["losses"][-1] if first["losses"] else math.nan,
+            "losses": first["losses"],
+            "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
+            "peak_memory_method": CPU_PEAK if first["device"] == "cpu" else "max_memory_allocated",
+        },
+        "model_state_bytes": [r["model_state_bytes"] for r in ranks],
+        "notes": {"warmup_ratio": WARMUP_NOTE},
+        "versions": package_versions(),
+    }
+
+
+def does_not_fit(point: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    last = traceback.format_exception_only(exc)[-1].strip().splitlines()[-1]
+    return {"status": "does-not-fit", "point": point, "error": last, "versions": package_versions()}
+
+
+def peer_did_not_fit(out: Path) -> bool:
+    """A rank's collective breaks when a peer exits for lack of memory; that peer has
+    already written the does-not-fit result by then."""
+    try:
+        return json.loads(out.read_text()).get("status") == "does-not-fit"
+    except (OSError, ValueError):
+        return False
+
+
+def gather(local: dict[str, Any]) -> list[dict[str, Any]]:
+    if not torch.distributed.is_initialized():
+        return [local]
+    ranks: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(ranks, local)
+    return ranks
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--point", type=json.loads, required=True, help="the sweep point")
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    rank_environment()  # under mpirun (Gaudi): torch.distributed's variables from Open MPI's
+    ensure_process_group_env()
+    rank = int(os.environ["RANK"])
+    if rank == 0:
+        args.out.unlink(missing_ok=True)  # never take an earlier run's result as this one's
+    try:
+        local = run_point(args.point, args.model_dir)
+    except torch.OutOfMemoryError as exc:
+        write_json(args.out, does_not_fit(args.point, exc))
+        return 0
+    except Exception:
+        if peer_did_not_fit(args.out):
+            return 0
+        raise
+    ranks = gather(local)
+    if rank == 0:
+        write_json(args.out, summarise(args.point, ranks))
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
