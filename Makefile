@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/multiple_choice.py
 	$(BIN)/python bench/perplexity.py
 	$(BIN)/python bench/prefix_reuse.py
+	$(BIN)/python bench/finetune.py
 
 clean-venv:
 	rm -rf $(VENV)
