@@ -37,18 +37,26 @@ def browser():
 
 
 def test_every_image_loads_and_the_tables_are_there(browser, tmp_path):
-    inputs = synthetic_study(tmp_path)
+    inputs = synthetic_study(tmp_path, with_finetune=True)
     index = build_report("t", **inputs)
     browser.get(index.as_uri())
     images = dict(browser.execute_script(IMAGES))
-    assert set(images) == {f"figures/{n}.png" for n in ("baseline", "sensitivity", "tradeoff")}
+    names = ("baseline", "sensitivity", "tradeoff", "finetune_scaling", "finetune_strategies")
+    assert set(images) == {f"figures/{n}.png" for n in names}
     assert all(width > 0 for width in images.values()), images
-    # baseline (6 rows), Table 1 ours (5), Table 1 published (8), each with its header row
-    assert browser.execute_script(TABLE_ROWS) == [7, 6, 9]
+    # baseline (6 rows), Table 1 ours (5), Table 1 published (8), the fine-tuning points (8)
+    # and findings (5), each with its header row
+    assert browser.execute_script(TABLE_ROWS) == [7, 6, 9, 9, 6]
     headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
     assert headings[1:3] == [
         "Table 1, ours (m; stand-in data): mixed-precision PTQ",
         "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)",
+    ]
+    assert headings[5:] == [
+        "Fig. 2a: fine-tuning throughput and time for fixed work against cards",
+        "Fig. 2b: DDP vs ZeRO-3 vs FSDP for one model",
+        "Fine-tuning points: speed-up, scaling efficiency, planned and measured memory",
+        "Fine-tuning findings: the paper's beside ours",
     ]
     # and the check sees a missing image
     (inputs["results_dir"] / "report" / "figures" / "tradeoff.png").unlink()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from accelstudy.records import provenance, write_record
-from accelstudy.report import build_report, load_published
+from accelstudy.report import build_report, finetune, load_published
 from accelstudy.report.collect import collect_records, collect_sensitivity, flatten
 from accelstudy.report.figures import calibration_text
 from accelstudy.report.tables import bit_order, published_table1, table1, tradeoff_points
@@ -29,6 +29,44 @@ def _record(task: str, protocol: str, metric: str, value: float, stage: str = "b
     }  # fmt: skip
 
 
+def _point(strategy: str, attention: str, cards: int, repeat: int, tokens: float = 0.0,
+           status: str = "ok", model: str = "m") -> dict:  # fmt: skip
+    """A fine-tuning record as the stage writes it: the planner always (1 GiB in all, 2 MiB of
+    model states), speed and memory only where it ran ok (peak 0.5 GiB, rank 0 holds 3 MiB)."""
+    metrics = {"status": status, "wall_time_s": 5.0, "memory_per_card_gb": 12.6,
+               "predicted": {"parameters": 2**20 // (1 if strategy == "ddp" else cards),
+                             "gradients": 0, "optimizer": 0, "gathered": 0, "activations": 0,
+                             "overhead": 0, "model_states": 2 * 2**20, "total": 2**30}}  # fmt: skip
+    if status == "ok":
+        states = {"params_trainable": 2**19, "params_frozen": 2**20, "params_whole_copies": 0,
+                  "grads": 2**19, "master_fp32": 0, "optimizer_states": 2**20}  # fmt: skip
+        metrics |= {"train_runtime_s": 1.0, "steps": 4, "throughput_warmup_steps": 3,
+                    "samples_per_s": tokens / 64, "tokens_per_s": tokens, "final_loss": 6.25,
+                    "losses": [6.5, 6.25], "peak_memory_bytes": 2**29,
+                    "peak_memory_per_rank": [2**29] * cards, "peak_memory_method": "RSS growth",
+                    "model_state_bytes": [states] * cards}  # fmt: skip
+    elif status == "does-not-fit":
+        metrics["error"] = "torch.OutOfMemoryError: out of memory"
+    return {
+        "stage": "finetune", "study": "t", "system": "cpu", "device": "cpu", "model": model,
+        "task": "instructions", "method": strategy, "data_source": "standin",
+        "parameters": {"strategy": strategy, "attention": attention, "cards": cards,
+                       "repeat": repeat, "method": "lora", "dtype": "bfloat16", "max_steps": 4},
+        "metrics": metrics, "provenance": provenance("h", "cpu", "cpu", 5.0),
+    }  # fmt: skip
+
+
+# DDP fused: median 100 on 1 card, 180 on 2 (1.8x, efficiency 0.9); eager 80 and 180/1.15;
+# ZeRO-3 runs on 1 card only, FSDP on 2 only: the holes Fig. 2 marks
+FINETUNE = [
+    *(("ddp", "fused", 1, r, t) for r, t in enumerate([100, 110, 90])),
+    *(("ddp", "fused", 2, r, t) for r, t in enumerate([170, 180, 190])),
+    ("ddp", "eager", 1, 0, 80), ("ddp", "eager", 2, 0, 180 / 1.15),
+    ("zero3", "fused", 1, 0, 50), ("zero3", "fused", 2, 0, 0, "does-not-fit"),
+    ("fsdp", "fused", 1, 0, 0, "predicted-does-not-fit"), ("fsdp", "fused", 2, 0, 120),
+]  # fmt: skip
+
+
 def _write(records: list[dict], folder: Path) -> list[Path]:
     paths = []
     for i, record in enumerate(records):
@@ -37,10 +75,11 @@ def _write(records: list[dict], folder: Path) -> list[Path]:
     return paths
 
 
-def synthetic_study(tmp_path: Path) -> dict:
+def synthetic_study(tmp_path: Path, with_finetune: bool = False) -> dict:
     """Records, sensitivity tables and assignments as the rules lay them out: baselines
     under both protocols (BoolQ paper with both tie rules), and fake + nvidia quantized
-    records for WikiText and BoolQ, the bit lists written out of the paper's order."""
+    records for WikiText and BoolQ, the bit lists written out of the paper's order; with
+    fine-tuning, the FINETUNE points."""
     results = tmp_path / "results"
     records = [
         _record("wikitext", "paper", "perplexity", 19.5),
@@ -72,6 +111,7 @@ def synthetic_study(tmp_path: Path) -> dict:
             path = folder / "layer" / f"bits-{'-'.join(map(str, bits))}" / "assignment.json"
             path.parent.mkdir(parents=True)
             path.write_text(json.dumps(spec))
+    records += [_point(*p) for p in FINETUNE] if with_finetune else []
     return {
         "record_paths": _write(records, tmp_path),
         "results_dir": results,
@@ -204,7 +244,8 @@ def test_report_has_every_table_and_figure(study):
     assert page.count("<table") == 3 and page.count("<img") == 3
     markdown = (inputs["results_dir"] / "report" / "report.md").read_text()
     assert "Table 1, ours (m; stand-in data)" in markdown and "| boolq" in markdown
-    assert "stand-in" in markdown and "Fig. 2: quality against compression" in markdown
+    assert "stand-in" in markdown and "Quality against compression" in markdown
+    assert "Fig. 2a" not in markdown  # no fine-tuning: no section
 
 
 def test_report_without_ptq(tmp_path):
@@ -213,3 +254,124 @@ def test_report_without_ptq(tmp_path):
     assert index.read_text().count("<table") == 1
     assert pd.read_csv(tmp_path / "results" / "tables" / "records.csv").shape[0] == 1
     assert (tmp_path / "results" / "report" / "figures" / "tradeoff.png").is_file()
+    for name in finetune.FIGURES:  # declared by the rule: placeholders
+        assert (tmp_path / "results" / "report" / "figures" / name).is_file()
+    assert (tmp_path / "results" / "tables" / "finetune.csv").is_file()
+
+
+def test_flatten_tolerates_points_that_did_not_run():
+    row = flatten(_point("zero3", "fused", 2, 1, status="does-not-fit"))
+    assert pd.isna(row["tokens_per_s"]) and pd.isna(row["peak_memory_mib"])
+    assert (row["status"], row["strategy"], row["cards"], row["repeat"]) == (
+        "does-not-fit", "zero3", 2, 1,
+    )  # fmt: skip
+    assert row["metric_predicted_total"] == 2**30 and row["metric_memory_per_card_gb"] == 12.6
+    assert pd.isna(row["model_states_rank0"])
+    ran = flatten(_point("ddp", "fused", 2, 0, 100.0))
+    assert ran["model_states_rank0"] == 3 * 2**20 and ran["metric_samples_per_s"] == 100 / 64
+
+
+@pytest.fixture()
+def finetune_points():
+    records = pd.DataFrame([flatten(_point(*p)) for p in FINETUNE])
+    runs = finetune.finetune_runs(records)
+    return runs, finetune.finetune_points(runs)
+
+
+def test_finetune_table_speed_up_efficiency_and_memory(finetune_points):
+    _, points = finetune_points
+    table = finetune.finetune_table(points)
+    assert list(table.columns) == [
+        "system", "model", "strategy", "attention", "cards", "status", "repeats", "tokens/s",
+        "tokens/s min-max", "samples/s", "speed-up", "scaling efficiency", "final loss",
+        "peak GiB (max rank)", "predicted GiB", "peak / predicted", "model states MiB (planner)",
+        "model states MiB (rank 0)", "rank 0 / planner",
+    ]  # fmt: skip
+    rows = table.set_index(["strategy", "attention", "cards"])
+    assert list(rows.index) == [
+        ("DDP", "fused", 1), ("DDP", "fused", 2), ("DDP", "eager", 1), ("DDP", "eager", 2),
+        ("ZeRO-3", "fused", 1), ("ZeRO-3", "fused", 2), ("FSDP", "fused", 1), ("FSDP", "fused", 2),
+    ]  # fmt: skip
+    ddp = rows.loc[("DDP", "fused", 2)]
+    assert ddp[["repeats", "tokens/s", "tokens/s min-max", "speed-up", "scaling efficiency"]
+               ].tolist() == [3, 180.0, "170.0-190.0", 1.8, 0.9]  # fmt: skip
+    assert ddp[["samples/s", "final loss", "peak GiB (max rank)", "predicted GiB",
+                "peak / predicted"]].tolist() == [2.812, 6.25, 0.5, 1.0, 0.5]  # fmt: skip
+    assert ddp[["model states MiB (planner)", "model states MiB (rank 0)", "rank 0 / planner"]
+               ].tolist() == [2.0, 3.0, 1.5]  # fmt: skip
+    assert rows.loc[("DDP", "eager", 2), "speed-up"] == 1.957
+    # FSDP ran on 2 cards only: its own base; ZeRO-3 on 2 cards did not run
+    assert rows.loc[("FSDP", "fused", 2), ["speed-up", "scaling efficiency"]].tolist() == [1, 1]
+    hole = rows.loc[("ZeRO-3", "fused", 2)]
+    assert hole["status"] == "does-not-fit" and pd.isna(hole["tokens/s"])
+    assert hole["tokens/s min-max"] == "-" and hole["predicted GiB"] == 1.0
+
+
+def test_findings_beside_the_papers(finetune_points):
+    _, points = finetune_points
+    ours = finetune.findings(points).set_index("finding")["ours"]
+    assert ours["scaling (DDP)"] == (
+        "m on cpu, fused: 1.80x on 2 cards against 1 (efficiency 90%); "
+        "m on cpu, eager: 1.96x on 2 cards against 1 (efficiency 98%)"
+    )
+    assert ours["attention (fused vs eager)"] == (
+        "fused +20% against eager (median of 2 points, +15% to +25%)"
+    )
+    assert ours["fastest strategy"] == "m on cpu, 1 card: DDP; m on cpu, 2 cards: DDP"
+    assert ours["did not fit"] == (
+        "m on cpu, ZeRO-3 fused, 2 cards: does not fit; "
+        "m on cpu, FSDP fused, 1 card: predicted not to fit"
+    )
+    assert ours["systems"] == "one system in this study (cpu)"
+    assert "DDP scales nearly linearly" in finetune.findings(points)["paper (Gaudi)"].iloc[0]
+
+
+def test_fig2_marks_the_holes(finetune_points):
+    runs, points = finetune_points
+    fig = finetune.fig2a(runs, points)
+    texts = sorted(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert texts == ["FSDP fused: predicted not to fit"] * 2 + ["ZeRO-3 fused: does not fit"] * 2
+    bars = finetune.fig2b(runs, points)
+    marks = {t.get_text(): t.xy for t in bars.axes[0].texts}
+    # grouped bars: 3 strategies share 0.8 of a card slot; ZeRO-3 the middle one of slot 1
+    assert marks["ZeRO-3 fused: does not fit"] == pytest.approx((1.0, 0.02))
+    assert marks["FSDP fused: predicted not to fit"] == pytest.approx((0.8 / 3 * 2.5 - 0.4, 0.02))
+    assert bars.axes[0].get_title() == "m on cpu, fused attention"
+
+
+def test_fig2b_takes_the_largest_model():
+    # the planner's parameter bytes per card: all of them under DDP, 1/cards under ZeRO-3
+    records = pd.DataFrame([flatten(_point("ddp", "fused", 1, 0, 10.0, model="small")),
+                            flatten(_point("zero3", "fused", 4, 0, 10.0, model="big"))])  # fmt: skip
+    records.loc[0, "metric_predicted_parameters"] = 2**21  # "big": 4 x 2**18 = 2**20
+    assert finetune.largest_model(finetune.finetune_runs(records)) == "small"
+    records.loc[0, "metric_predicted_parameters"] = 2**19
+    assert finetune.largest_model(finetune.finetune_runs(records)) == "big"
+
+
+def test_report_with_finetune(tmp_path):
+    inputs = synthetic_study(tmp_path, with_finetune=True)
+    index = build_report("t", **inputs)
+    for name in finetune.FIGURES:
+        assert (inputs["results_dir"] / "report" / "figures" / name).stat().st_size > 20_000
+    table = pd.read_csv(inputs["results_dir"] / "tables" / "finetune.csv")
+    assert len(table) == 8 and table["speed-up"].max() == 1.957
+    page = index.read_text()
+    assert page.count("<table") == 5 and page.count("<img") == 5
+    markdown = (inputs["results_dir"] / "report" / "report.md").read_text()
+    assert "## Fig. 2a: fine-tuning throughput" in markdown
+    assert "A card is a CPU process" in markdown and "not absolute numbers" in markdown
+    assert "Peak measured as: RSS growth." in markdown
+    records = pd.read_parquet(inputs["results_dir"] / "tables" / "records.parquet")
+    assert records["tokens_per_s"].isna().sum() == 2
+
+
+def test_finetune_where_no_point_ran(tmp_path):
+    records = pd.DataFrame([flatten(_point("ddp", "fused", 1, 0, status="predicted-does-not-fit"))])
+    runs = finetune.finetune_runs(records)
+    points = finetune.finetune_points(runs)
+    ours = finetune.findings(points).set_index("finding")["ours"]
+    assert ours["fastest strategy"] == "no point ran"
+    assert ours["did not fit"] == "m on cpu, DDP fused, 1 card: predicted not to fit"
+    finetune.write_figures(runs, points, tmp_path)  # the holes alone, no lines or bars
+    assert all((tmp_path / name).stat().st_size > 10_000 for name in finetune.FIGURES)

@@ -41,6 +41,21 @@ rule report:
             caption="../report/tradeoff.rst",
             category="PTQ",
         ),
+        finetune=report(
+            f"{RESULTS}/tables/finetune.csv",
+            caption="../report/finetune_table.rst",
+            category="Fine-tuning",
+        ),
+        fig2a=report(
+            f"{RESULTS}/report/figures/finetune_scaling.png",
+            caption="../report/fig2a.rst",
+            category="Fine-tuning",
+        ),
+        fig2b=report(
+            f"{RESULTS}/report/figures/finetune_strategies.png",
+            caption="../report/fig2b.rst",
+            category="Fine-tuning",
+        ),
     log:
         f"{RESULTS}/logs/report.log",
     conda:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelstudy.records import atomic_open
-from accelstudy.report import figures
+from accelstudy.report import figures, finetune
 from accelstudy.report.collect import collect_records, collect_sensitivity, load_published
 from accelstudy.report.tables import (
     baseline_table,
@@ -107,8 +107,30 @@ def _ptq_sections(
             published_table1(published),
         ),
         Section("Fig. 1: pruning sensitivity, tasks side by side", figure="sensitivity.png"),
-        Section("Fig. 2: quality against compression", TRADEOFF_NOTE, figure="tradeoff.png"),
+        Section("Quality against compression", TRADEOFF_NOTE, figure="tradeoff.png"),
     ]
+
+
+def _finetune_sections(records: pd.DataFrame, tables: Path, folder: Path) -> list[Section]:
+    """Fig. 2, the table of points and the findings where fine-tuning ran; the table and the
+    figures (placeholders) are written in every study, as the rule declares them."""
+    runs = finetune.finetune_runs(records)
+    points = finetune.finetune_points(runs)
+    table = finetune.finetune_table(points)
+    _write_csv(table, tables / "finetune.csv")
+    finetune.write_figures(runs, points, folder)
+    if runs.empty:
+        return []
+    methods = "; ".join(m for m in runs["peak_memory_method"].dropna().unique() if m)
+    return [
+        Section("Fig. 2a: fine-tuning throughput and time for fixed work against cards",
+                finetune.FIGURE_NOTE, figure=finetune.FIGURES[0]),
+        Section("Fig. 2b: DDP vs ZeRO-3 vs FSDP for one model", figure=finetune.FIGURES[1]),
+        Section("Fine-tuning points: speed-up, scaling efficiency, planned and measured memory",
+                f"{finetune.TABLE_NOTE} Peak measured as: {methods or '-'}.", table),
+        Section("Fine-tuning findings: the paper's beside ours", finetune.note(runs),
+                finetune.findings(points)),
+    ]  # fmt: skip
 
 
 def _ptq_figures(records: pd.DataFrame, published: pd.DataFrame, sensitivity: pd.DataFrame,
@@ -160,6 +182,7 @@ def build_report(
             "baseline.png",
         ),
         *_ptq_sections(records, ours, published),
+        *_finetune_sections(records, tables, report_dir / "figures"),
     ]
     commits = ", ".join(sorted(records["git_commit"].unique()))
     intro = f"{len(records)} result records; code {commits}."

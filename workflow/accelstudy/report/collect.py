@@ -12,12 +12,19 @@ from accelstudy.paths import RESOURCES
 from accelstudy.report.tables import bit_order, bits_label
 
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
+# a fine-tuning point's parameters the tables group by, and the per-rank model-state bytes
+POINT_KEYS = ("strategy", "attention", "cards", "repeat")
+MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
+NAN = float("nan")
 
 
 def flatten(record: dict) -> dict:
-    """The columns a table needs; nested metrics become metric_* columns."""
+    """The columns a table needs; numeric metrics (and those of a nested dict, such as the
+    planner's `predicted`) become metric_* columns. Speed and memory are NaN where a point
+    did not run (fine-tuning statuses other than ok)."""
     metrics = record["metrics"]
     primary = metrics.get("primary_metric")
+    rank0 = (metrics.get("model_state_bytes") or [{}])[0]
     row = {
         "study": record["study"],
         "stage": record["stage"],
@@ -30,16 +37,22 @@ def flatten(record: dict) -> dict:
         "data": SOURCE_LABELS.get(record["data_source"], record["data_source"]),
         "metric": primary,
         "value": metrics.get(primary) if primary else None,
-        "tokens_per_s": metrics["tokens_per_s"],
-        "peak_memory_mib": round(metrics["peak_memory_bytes"] / 2**20, 1),
+        "tokens_per_s": metrics.get("tokens_per_s", NAN),
+        "peak_memory_mib": round(metrics.get("peak_memory_bytes", NAN) / 2**20, 1),
+        "status": metrics.get("status", ""),
+        "peak_memory_method": metrics.get("peak_memory_method", ""),
+        **{key: record["parameters"].get(key) for key in POINT_KEYS},
+        "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),
         "wall_time_s": metrics["wall_time_s"],
         "git_commit": record["provenance"]["git_commit"],
         "config_hash": record["provenance"]["config_hash"],
         "device_name": record["provenance"]["hardware"].get("device_name", ""),
     }
     for key, value in metrics.items():
-        if isinstance(value, int | float) and key not in row:
-            row[f"metric_{key}"] = value
+        for name, number in value.items() if isinstance(value, dict) else [("", value)]:
+            column = f"{key}_{name}" if name else key
+            if isinstance(number, int | float) and column not in row:
+                row[f"metric_{column}"] = number
     return row
 
 

@@ -1,0 +1,278 @@
+"""Part 2 in the report: Fig. 2 (throughput and time against cards; DDP vs ZeRO-3 vs FSDP for
+one model), a table of points with speed-up, scaling efficiency and the planner beside the
+measured memory, and the paper's findings beside ours. Points that did not run are holes to
+show, not rows to drop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from accelstudy.report.figures import _save, placeholder
+
+STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
+ATTENTIONS = ("fused", "eager")
+HOLES = {"does-not-fit": "does not fit", "predicted-does-not-fit": "predicted not to fit"}
+KEYS = ["system", "model", "strategy", "attention", "cards"]
+ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
+# metric columns the tables read; absent from the collected records where no point ran
+METRICS = ("metric_samples_per_s", "metric_final_loss", "metric_peak_memory_bytes",
+           "metric_predicted_total", "metric_predicted_model_states",
+           "metric_predicted_parameters")  # fmt: skip
+WORK = 1000  # samples: the fixed amount of work whose time Fig. 2a shows
+FIGURES = ("finetune_scaling.png", "finetune_strategies.png")
+COLUMNS = {
+    **{key: key for key in KEYS}, "status": "status", "repeats": "repeats", "tps": "tokens/s",
+    "spread": "tokens/s min-max", "sps": "samples/s", "speedup": "speed-up",
+    "efficiency": "scaling efficiency", "loss": "final loss", "peak": "peak GiB (max rank)",
+    "predicted": "predicted GiB", "peak_ratio": "peak / predicted",
+    "planned": "model states MiB (planner)", "states": "model states MiB (rank 0)",
+    "states_ratio": "rank 0 / planner",
+}  # fmt: skip
+# STUDY.md, Part 2, "Findings" (Gaudi1/2/3, optimum-habana, LoRA r64, bf16)
+PAPER = {
+    "scaling (DDP)": "DDP scales nearly linearly with cards.",
+    "attention (fused vs eager)": "Flash (fused) attention gives +10-20% on Gaudi1 and Gaudi2.",
+    "fastest strategy": "Gemma-2-27B fits one Gaudi2 card; there DDP beats both sharding "
+    "methods and DeepSpeed ZeRO-3 beats FSDP: shard only when the model does not fit.",
+    "did not fit": "Gaudi1 (32 GB) fits only the 8B; the 70B needs ZeRO-3 or FSDP and at "
+    "least 4 Gaudi2 cards.",
+    "systems": "Gaudi2 is 2.5-3x faster than Gaudi1; Gaudi3 is 1.8-2x faster than Gaudi2.",
+}
+FIGURE_NOTE = (
+    "Median over repeats, error bars min-max; an x at the bottom marks a point that did not "
+    "run, and says why. What our numbers are: see the findings below."
+)
+TABLE_NOTE = (
+    "Medians over the repeats that ran. Speed-up: against the same (system, model, strategy, "
+    "attention) at its smallest card count that ran; efficiency: speed-up / card ratio. The "
+    "measured peak (max rank) and model states (rank 0: parameters, gradients, fp32 masters, "
+    "optimizer states) beside the planner's predictions."
+)
+
+
+def _rank(column: pd.Series) -> pd.Series:
+    """Sort key: strategies and attention settings in the paper's order, others after."""
+    named = column.name in ("strategy", "attention")
+    return column.map(lambda v: ORDER.get(v, len(ORDER))) if named else column
+
+
+def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per fine-tuning record (a repeat of a point), strategies by the paper's names,
+    with the seconds a fixed amount of work takes."""
+    runs = records[records["stage"] == "finetune"]
+    runs = runs.assign(**{c: runs.get(c, float("nan")) for c in METRICS})
+    runs = runs.assign(
+        cards=runs["cards"].astype(int),
+        strategy=runs["strategy"].map(lambda s: STRATEGIES.get(s, s)),
+        seconds=WORK / runs["metric_samples_per_s"],
+    )
+    return runs.sort_values(KEYS, key=_rank, kind="stable").reset_index(drop=True)
+
+
+def finetune_points(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per point: medians over the repeats that ran ok (NaN where none did), the
+    speed-up against the point's smallest card count that ran, and planned vs measured."""
+    ok = (
+        runs[runs["status"] == "ok"]
+        .groupby(KEYS)
+        .agg(tps=("tokens_per_s", "median"), low=("tokens_per_s", "min"),
+             high=("tokens_per_s", "max"), sps=("metric_samples_per_s", "median"),
+             loss=("metric_final_loss", "median"), peak=("metric_peak_memory_bytes", "max"),
+             states=("model_states_rank0", "median"))
+    )  # fmt: skip
+    points = (
+        runs.groupby(KEYS, sort=False)
+        .agg(status=("status", lambda s: ", ".join(dict.fromkeys(s))),
+             repeats=("status", "size"), predicted=("metric_predicted_total", "first"),
+             planned=("metric_predicted_model_states", "first"))
+        .join(ok)
+        .reset_index()
+    )  # fmt: skip
+    base = points.dropna(subset=["tps"]).groupby(KEYS[:4], sort=False)[["cards", "tps"]].first()
+    points = points.join(base.add_suffix("_base"), on=KEYS[:4])
+    speedup = points["tps"] / points["tps_base"]
+    return points.assign(
+        spread=[f"{a:.1f}-{b:.1f}" if pd.notna(a) else "-"
+                for a, b in zip(points["low"], points["high"], strict=True)],
+        speedup=speedup, efficiency=speedup / (points["cards"] / points["cards_base"]),
+        peak=points["peak"] / 2**30, predicted=points["predicted"] / 2**30,
+        peak_ratio=points["peak"] / points["predicted"], planned=points["planned"] / 2**20,
+        states=points["states"] / 2**20, states_ratio=points["states"] / points["planned"],
+    )  # fmt: skip
+
+
+def finetune_table(points: pd.DataFrame) -> pd.DataFrame:
+    """The points as the report and tables/finetune.csv show them (empty: no fine-tuning)."""
+    return points[list(COLUMNS)].rename(columns=COLUMNS).round(3)
+
+
+def _where(r: pd.Series) -> str:
+    return f"{r['model']} on {r['system']}"
+
+
+def _cards(n: float) -> str:
+    return f"{n:.0f} card{'s' if n != 1 else ''}"
+
+
+def findings(points: pd.DataFrame) -> pd.DataFrame:
+    """The paper's findings, each beside ours from the points (empty: no fine-tuning)."""
+    if points.empty:
+        return pd.DataFrame()
+    ran = points.dropna(subset=["tps"])
+    ddp = ran[(ran["strategy"] == "DDP") & (ran["cards"] > ran["cards_base"])]
+    ddp = ddp[ddp["cards"] == ddp.groupby(KEYS[:4])["cards"].transform("max")]
+    scaling = "; ".join(
+        f"{_where(r)}, {r['attention']}: {r['speedup']:.2f}x on {_cards(r['cards'])} against "
+        f"{r['cards_base']:.0f} (efficiency {r['efficiency']:.0%})" for _, r in ddp.iterrows()
+    )  # fmt: skip
+    pairs = ran.pivot_table(index=["system", "model", "strategy", "cards"], columns="attention",
+                            values="tps").reindex(columns=list(ATTENTIONS))  # fmt: skip
+    gain = (pairs["fused"] / pairs["eager"] - 1).dropna()
+    best = ran.loc[ran.groupby(["system", "model", "cards"])["tps"].idxmax()]
+    holes = points[points["tps"].isna()]
+    wide = ran.pivot_table(index=KEYS[1:], columns="system", values="tps")
+    first = wide.columns[0] if len(wide.columns) else "-"
+    ours = [
+        scaling or "no DDP point to set against a smaller card count",
+        f"fused {gain.median():+.0%} against eager (median of {len(gain)} points, "
+        f"{gain.min():+.0%} to {gain.max():+.0%})" if len(gain) else "not both measured",
+        "; ".join(f"{_where(r)}, {_cards(r['cards'])}: {r['strategy']}"
+                  for _, r in best.sort_values(["system", "model", "cards"]).iterrows())
+        or "no point ran",
+        "; ".join(f"{_where(r)}, {r['strategy']} {r['attention']}, {_cards(r['cards'])}: "
+                  f"{HOLES.get(r['status'], r['status'])}" for _, r in holes.iterrows())
+        or "every point ran",
+        "; ".join(f"{s}: {(wide[s] / wide[first]).median():.2f}x {first} (median over points "
+                  "both ran)" for s in wide.columns[1:])
+        or f"one system in this study ({', '.join(points['system'].unique())})",
+    ]  # fmt: skip
+    return pd.DataFrame({"finding": list(PAPER), "paper (Gaudi)": list(PAPER.values()),
+                         "ours": ours})  # fmt: skip
+
+
+def note(runs: pd.DataFrame) -> str:
+    """What our numbers are, so no one reads them against the paper's in absolute terms."""
+    parts = [f"Ours: {', '.join(runs['model'].unique())} on {', '.join(runs['system'].unique())}."]
+    if runs["device"].eq("cpu").any():
+        parts.append("A card is a CPU process (gloo), not an accelerator.")
+    if runs["data"].eq("stand-in").any():
+        parts.append("The training data is a stand-in (real text in the instruction/output "
+                     "shape), not the authors' psychology set.")  # fmt: skip
+    parts.append("The paper fine-tuned Llama-3.1-8B, Gemma-2-27B and Llama-3.3-70B on "
+                 "Gaudi1/2/3: compare trends (scaling, the order of strategies, what fits), "
+                 "not absolute numbers.")  # fmt: skip
+    return " ".join(parts)
+
+
+def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
+    """One colour per strategy in every panel (the paper's order)."""
+    return dict(zip(dict.fromkeys(runs["strategy"]), sns.color_palette("tab10"), strict=False))
+
+
+def mark_holes(ax: plt.Axes, holes: pd.DataFrame, xs: Sequence[float],
+               palette: dict[str, tuple], vertical: bool = False) -> None:  # fmt: skip
+    """An x at the bottom of the panel (at xs) for each point that did not run, labelled why,
+    so the holes show where a line or bar is missing (call it once the x limits are set):
+    labels stand upright in an empty bar slot, else one above the other, towards the middle."""
+    bottom, (left, right) = ax.get_xaxis_transform(), ax.get_xlim()
+    for k, ((_, r), at) in enumerate(zip(holes.iterrows(), xs, strict=True)):
+        ax.scatter([at], [0.02], marker="x", s=60, color=palette[r["strategy"]],
+                   transform=bottom, clip_on=False, zorder=5)  # fmt: skip
+        side = -1 if (at - left) / (right - left) > 0.6 else 1
+        ax.annotate(f"{r['strategy']} {r['attention']}: {HOLES.get(r['status'], r['status'])}",
+                    (at, 0.02), xycoords=bottom, textcoords="offset points", fontsize=7,
+                    color=palette[r["strategy"]],
+                    xytext=(0, 8) if vertical else (5 * side, 4 + 10 * k),
+                    rotation=90 if vertical else 0,
+                    ha="center" if vertical else "left" if side > 0 else "right")  # fmt: skip
+
+
+def _one_legend(fig: plt.Figure, beside: plt.Axes) -> None:
+    """One legend for all panels, right of the top-right one, so none hides a point."""
+    found = [ax for ax in fig.axes if ax.get_legend()]
+    if found:
+        handles, labels = found[0].get_legend_handles_labels()
+        title = found[0].get_legend().get_title().get_text()
+        for ax in found:
+            ax.get_legend().remove()
+        beside.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.02, 1),
+                      fontsize=8)  # fmt: skip
+
+
+def _panel(frame: pd.DataFrame, system: str, model: str) -> pd.DataFrame:
+    return frame[(frame["system"] == system) & (frame["model"] == model)]
+
+
+def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
+    """Tokens/s (top) and seconds per 1,000 samples (bottom) against cards, a column per
+    (system, model); colour: strategy, line style: attention; median, bars min-max."""
+    panels = list(dict.fromkeys(zip(runs["system"], runs["model"], strict=True)))
+    palette = _palette(runs)
+    fig, axes = plt.subplots(2, len(panels), squeeze=False, figsize=(5.5 * len(panels), 8))
+    for column, (system, model) in zip(axes.T, panels, strict=True):
+        part, holes = _panel(runs, system, model), _panel(points, system, model)
+        ok, holes = part[part["status"] == "ok"], holes[holes["tps"].isna()]
+        labels = ("tokens / s", f"seconds per {WORK:,} samples")
+        for ax, y, label in zip(column, ("tokens_per_s", "seconds"), labels, strict=True):
+            if not ok.empty:
+                sns.lineplot(data=ok, x="cards", y=y, hue="strategy", style="attention",
+                             palette=palette, estimator="median", errorbar=("pi", 100),
+                             err_style="bars", markers=True, ax=ax)  # fmt: skip
+            cards = sorted(part["cards"].unique())
+            pad = max(0.5, 0.06 * (cards[-1] - cards[0]))
+            ax.set(xlabel="cards", ylabel=label, title=f"{model} on {system}", xticks=cards,
+                   xlim=(cards[0] - pad, cards[-1] + pad), ylim=(0, None))  # fmt: skip
+            mark_holes(ax, holes, holes["cards"].tolist(), palette)
+    _one_legend(fig, axes[0, -1])
+    return fig
+
+
+def largest_model(runs: pd.DataFrame) -> str:
+    """The model with the most parameter bytes as the planner counts them (a DDP card holds
+    them all, a sharded one 1/cards); the first where none was planned."""
+    whole = runs["metric_predicted_parameters"] * runs["cards"].where(runs["strategy"] != "DDP", 1)
+    return runs.loc[whole.fillna(0).idxmax(), "model"]
+
+
+def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
+    """DDP vs ZeRO-3 vs FSDP for the largest model at each card count (fused attention where
+    it ran): grouped bars of tokens/s, median and min-max, a panel per system."""
+    model = largest_model(runs)
+    part = runs[runs["model"] == model]
+    attention = "fused" if part["attention"].eq("fused").any() else part["attention"].iloc[0]
+    part = part[part["attention"] == attention]
+    palette, systems = _palette(runs), list(dict.fromkeys(part["system"]))
+    fig, axes = plt.subplots(1, len(systems), squeeze=False, figsize=(6.5 * len(systems), 4.5))
+    for ax, system in zip(axes[0], systems, strict=True):
+        mine = part[part["system"] == system]
+        cards, strategies = sorted(mine["cards"].unique()), list(dict.fromkeys(mine["strategy"]))
+        ok, holes = mine[mine["status"] == "ok"], _panel(points, system, model)
+        if not ok.empty:
+            sns.barplot(data=ok, x="cards", y="tokens_per_s", hue="strategy", order=cards,
+                        hue_order=strategies, palette=palette, estimator="median",
+                        errorbar=("pi", 100), ax=ax)  # fmt: skip
+        ax.set_xticks(range(len(cards)), cards)
+        ax.set(xlim=(-0.5, len(cards) - 0.5), xlabel="cards", ylabel="tokens / s",
+               title=f"{model} on {system}, {attention} attention")  # fmt: skip
+        width = 0.8 / len(strategies)  # seaborn's dodge: the bars share 0.8 of a slot
+        holes = holes[(holes["attention"] == attention) & holes["tps"].isna()]
+        xs = [cards.index(c) - 0.4 + width * (strategies.index(s) + 0.5)
+              for c, s in zip(holes["cards"], holes["strategy"], strict=True)]  # fmt: skip
+        mark_holes(ax, holes, xs, palette, vertical=True)
+    _one_legend(fig, axes[0, -1])
+    return fig
+
+
+def write_figures(runs: pd.DataFrame, points: pd.DataFrame, folder: Path) -> None:
+    """Fig. 2a and 2b; a placeholder saying why where no fine-tuning ran (the rule declares
+    them in every study)."""
+    for name, draw in zip(FIGURES, (fig2a, fig2b), strict=True):
+        if runs.empty:
+            placeholder(folder / name, "no fine-tuning records in this study")
+        else:
+            _save(draw(runs, points), folder / name)
