@@ -53,8 +53,7 @@ def main() -> int:
             for a, b in zip(sa, sb, strict=True)
         )
         same = all(
-            decide(r, a, spec).prediction
-            == decide(r, b, spec).prediction
+            decide(r, a, spec).prediction == decide(r, b, spec).prediction
             for r, a, b in zip(requests, shared, separate, strict=True)
         )
         speedup = times["separate"] / times["shared"]

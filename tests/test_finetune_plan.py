@@ -149,3 +149,38 @@ def test_mpi_ranks_get_torch_variables():
                "OMPI_COMM_WORLD_LOCAL_RANK": "3"}  # fmt: skip
     launch.rank_environment(environ)
     assert (environ["RANK"], environ["WORLD_SIZE"], environ["LOCAL_RANK"]) == ("3", "8", "3")
+
+
+def stage_point(tiny_dir, tmp_path, **overrides):
+    from accelstudy.finetune.stages import finetune_point
+
+    point = {**make_point("ddp", cards=1, max_steps=1, warmup_steps_for_throughput=0),
+             "skip_predicted_oom": True, "on_unsupported": "record", **overrides}  # fmt: skip
+    out = tmp_path / "record.json"
+    finetune_point(study="s", system="cpu", model_name="tiny", model_dir=tiny_dir, point=point,
+                   data_source="standin", threads=1, out=out, device_kind="cpu")  # fmt: skip
+    return json.loads(out.read_text())["metrics"]
+
+
+def test_holes_are_records_not_crashes(tiny_dir, tmp_path, monkeypatch):
+    """Predicted not to fit: recorded without launching; out of memory inside the ranks:
+    recorded, the job succeeds; a backend that cannot: recorded or one line, as asked."""
+    from accelstudy.finetune import stages
+    from accelstudy.records import validate_record
+    from transformers import LlamaForCausalLM
+
+    monkeypatch.setattr(stages, "memory_per_card", lambda system, cards: 1e-6)
+    monkeypatch.setattr(stages, "run_ranks", lambda *a: pytest.fail("launched"))
+    metrics = stage_point(tiny_dir, tmp_path)
+    assert metrics["status"] == "predicted-does-not-fit" and "tokens_per_s" not in metrics
+    monkeypatch.undo()
+    monkeypatch.setenv("ACCELSTUDY_TEST_RAISE_OOM", "1")
+    metrics = stage_point(tiny_dir, tmp_path)
+    assert metrics["status"] == "does-not-fit" and "OutOfMemoryError" in metrics["error"]
+    monkeypatch.delenv("ACCELSTUDY_TEST_RAISE_OOM")
+    monkeypatch.setattr(LlamaForCausalLM, "_supports_sdpa", False)
+    metrics = stage_point(tiny_dir, tmp_path)
+    assert metrics["status"] == "unsupported" and "attention eager" in metrics["error"]
+    with pytest.raises(stages.PointFailed, match="no fused"):
+        stage_point(tiny_dir, tmp_path, on_unsupported="error")
+    validate_record(json.loads((tmp_path / "record.json").read_text()))

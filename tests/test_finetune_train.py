@@ -19,6 +19,7 @@ from accelstudy.data.instructions import (
     prompt_text,
 )
 from accelstudy.data.sources import DataSourceError
+from accelstudy.finetune.train import KILL_HOOK
 
 WORKER = ["-m", "accelstudy.finetune.train"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
@@ -177,3 +178,31 @@ def test_standin_is_real_text_in_instruction_shape():
     )
     assert sum(len(e["output"].split()) for e in examples) > 10_000
     assert torch.tensor([len(e["output"]) for e in examples]).float().mean() > 100
+
+
+def test_a_killed_point_resumes_from_its_last_checkpoint(model_dir, tmp_path):
+    out = tmp_path / "result.json"
+    checkpoints = tmp_path / "result.json.checkpoints"
+    point = make_point("ddp", cards=1, dtype="float32", checkpoint_steps=2)
+    killed = run_worker(point, model_dir, out, processes=0, env={KILL_HOOK: "2"})
+    assert killed.returncode != 0 and not out.exists()
+    assert (checkpoints / "checkpoint-2" / "trainer_state.json").is_file()
+    finished = run_worker(point, model_dir, out, processes=0)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["steps"] == 4 and metrics["resumed_from_step"] == 2
+    assert metrics["clean_measurement"] is False and metrics["tokens_per_s"] > 0
+    assert not checkpoints.exists()
+
+
+def test_without_checkpoint_steps_a_rerun_starts_afresh(model_dir, tmp_path):
+    out = tmp_path / "result.json"
+    stale = tmp_path / "result.json.checkpoints" / "checkpoint-2"
+    stale.mkdir(parents=True)
+    (stale / "trainer_state.json").write_text("{}")  # a checkpoint the point does not ask for
+    finished = run_worker(make_point("ddp", cards=1, dtype="float32"), model_dir, out, processes=0)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["steps"] == 4 and metrics["clean_measurement"] is True
+    assert "resumed_from_step" not in metrics
+    assert list(tmp_path.iterdir()) == [out]  # nothing left behind

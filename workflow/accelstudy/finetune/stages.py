@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,42 @@ from accelstudy import device as devices
 from accelstudy import launch
 from accelstudy.config import config_hash, load_system
 from accelstudy.finetune.planner import Workload, load_config, plan
+from accelstudy.finetune.strategies import gaudi_env
 from accelstudy.records import job_record, write_record
 
 log = logging.getLogger("accelstudy")
 WORKER = "accelstudy.finetune.train"
 
 
+@dataclass(frozen=True)
+class RanksDevice:
+    """The ranks' device for the record, where the launching host has none of it."""
+
+    kind: str
+    label: str
+
+    def name(self) -> str:
+        return self.label
+
+
 class PointFailed(RuntimeError):
     """The ranks exited with an error (not for lack of memory): no record, the job fails."""
+
+
+def unsupported(point: dict[str, Any], model_dir: Path, device_kind: str) -> str | None:
+    """Why this machine cannot run the point as asked, or None."""
+    import importlib.util
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if point["strategy"] == "zero3" and importlib.util.find_spec("deepspeed") is None:
+        return "zero3 needs DeepSpeed, which is not installed"
+    if point["attention"] == "fused" and device_kind != "hpu":
+        config = AutoConfig.from_pretrained(str(model_dir))
+        model_class = AutoModelForCausalLM._model_mapping[type(config)]
+        if not getattr(model_class, "_supports_sdpa", False):
+            return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"
+    return None
 
 
 def workload(point: dict[str, Any], device_kind: str) -> Workload:
@@ -59,6 +88,8 @@ def run_ranks(system: dict[str, Any], point: dict[str, Any], model_dir: Path, th
     command = launch.command(system, point["cards"], WORKER, args, point["strategy"])
     env = {**os.environ, "OMP_NUM_THREADS": str(launch.threads_per_rank(threads, point["cards"],
                                                                         system))}  # fmt: skip
+    if system["device"] == "hpu":  # the bridge reads its mode once, when torch loads it
+        env.update(gaudi_env(point))
     log.info("launching: %s", " ".join(command))
     finished = subprocess.run(command, env=env, check=False)
     if finished.returncode != 0 or not result.is_file():
@@ -75,10 +106,17 @@ def finetune_point(*, study: str, system: str, model_name: str, model_dir: Path,
     started = time.perf_counter()
     machine = load_system(system)
     device = devices.resolve(device_kind)
-    predicted = plan(load_config(model_dir), workload(point, device.kind))
+    # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
+    ranks_device = machine["device"] if device_kind == "auto" else device.kind
+    predicted = plan(load_config(model_dir), workload(point, ranks_device))
     budget = memory_per_card(machine, point["cards"])
     metrics: dict[str, Any] = {"predicted": predicted.as_dict(), "memory_per_card_gb": budget}
-    if point["skip_predicted_oom"] and not predicted.fits(budget):
+    reason = unsupported(point, model_dir, ranks_device)
+    if reason and point["on_unsupported"] != "record":
+        raise PointFailed(f"{reason} (or set finetune.on_unsupported: record)")
+    if reason:
+        metrics.update(status="unsupported", error=reason)
+    elif point["skip_predicted_oom"] and not predicted.fits(budget):
         metrics["status"] = "predicted-does-not-fit"
     else:
         result = out.with_name(f".{out.stem}.ranks.json")
@@ -88,6 +126,8 @@ def finetune_point(*, study: str, system: str, model_name: str, model_dir: Path,
         finally:
             result.unlink(missing_ok=True)
         metrics.update(outcome.get("metrics", {}), status=outcome["status"])
+        if outcome.get("device", device.kind) != device.kind:  # launched from a card-less host
+            device = RanksDevice(outcome["device"], machine.get("accelerator", outcome["device"]))
         if outcome["status"] == "ok":
             metrics["model_state_bytes"] = outcome["model_state_bytes"]
             metrics["peak_memory_per_rank"] = metrics["peak_memory_bytes"]

@@ -9,6 +9,8 @@ Through the Hugging Face Trainer alone, two strategies quietly degrade on a CPU:
   `prepare_state` creates accelerate's DeepSpeed state on gloo first; the arguments keep
   `use_cpu` and reuse that state. The model is loaded after the arguments exist, so
   `from_pretrained` partitions it as it loads (zero.Init).
+On Gaudi the same recipe goes to optimum-habana's GaudiTrainer (the gaudi_* functions), as
+the authors' run_lora_clm.py runs took it.
 """
 
 from __future__ import annotations
@@ -21,12 +23,16 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments
 
+from accelstudy.paths import PROJECT_ROOT
+
 STRATEGIES = ("ddp", "zero3", "fsdp")
 ATTENTION = {"fused": "sdpa", "eager": "eager"}
 STATE_KEYS = (
     "params_trainable", "params_frozen", "params_whole_copies", "grads", "master_fp32",
     "optimizer_states",
 )  # fmt: skip
+# Habana/llama's gaudi_config.json, shipped so that no run looks it up on the Hub
+GAUDI_CONFIG = PROJECT_ROOT / "envs" / "gaudi" / "gaudi_config.json"
 
 
 def cpu_threads(local_processes: int) -> int:
@@ -95,7 +101,13 @@ def fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
 
 
 def prepare_state(strategy: str, device_kind: str) -> None:
-    """ZeRO-3 on CPU: accelerate's DeepSpeed state on gloo, before any training argument."""
+    """ZeRO-3 on CPU: accelerate's DeepSpeed state on gloo, before any training argument.
+    Gaudi: optimum-habana's model classes (GaudiLlamaDecoderLayer...) replace transformers'
+    before the layer classes FSDP wraps are named and the model is built."""
+    if device_kind == "hpu":
+        from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
+
+        adapt_transformers_to_gaudi()
     if strategy == "zero3" and device_kind == "cpu":
         from accelerate import PartialState
 
@@ -103,14 +115,11 @@ def prepare_state(strategy: str, device_kind: str) -> None:
         PartialState(backend="gloo")
 
 
-def training_arguments(
-    point: dict[str, Any], output_dir: Path, device_kind: str, layer_classes: list[str]
-) -> TrainingArguments:
-    """The authors' recipe as TrainingArguments. lr_scheduler 'constant' has no warm-up, so
-    their --warmup_ratio 0.03 changed nothing and is not passed; nothing is saved or
-    evaluated; the optimizer is torch's AdamW (Habana's fused AdamW keeps the same states)."""
-    strategy = point["strategy"]
-    on_cpu = device_kind == "cpu"
+def recipe_arguments(point: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    """The authors' recipe, on every device. lr_scheduler 'constant' has no warm-up, so their
+    --warmup_ratio 0.03 changed nothing and is not passed; nothing is evaluated. Nothing is
+    saved either, unless the point asks for checkpoints to resume from (`checkpoint_steps`):
+    the newest is kept, the older removed only once the newer is complete."""
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
         "max_steps": point["max_steps"],
@@ -127,8 +136,22 @@ def training_arguments(
         "logging_steps": 1,
         "seed": point.get("seed", 42),
         "disable_tqdm": True,
-        "use_cpu": on_cpu,
     }
+    if point.get("checkpoint_steps"):
+        kwargs.update(
+            save_strategy="steps", save_steps=point["checkpoint_steps"], save_total_limit=1
+        )
+    return kwargs
+
+
+def training_arguments(
+    point: dict[str, Any], output_dir: Path, device_kind: str, layer_classes: list[str]
+) -> TrainingArguments:
+    """The recipe as TrainingArguments on CPU and CUDA; the optimizer is torch's AdamW
+    (Habana's fused AdamW keeps the same states)."""
+    strategy = point["strategy"]
+    on_cpu = device_kind == "cpu"
+    kwargs = {**recipe_arguments(point, output_dir), "use_cpu": on_cpu}
     if strategy == "zero3":
         kwargs["deepspeed"] = deepspeed_config(point)
         if on_cpu:  # reuse prepare_state's DeepSpeed-on-gloo state
@@ -138,6 +161,80 @@ def training_arguments(
     if strategy == "fsdp":
         kwargs.update(fsdp=True, fsdp_config=fsdp_config(layer_classes))
     return TrainingArguments(**kwargs)
+
+
+def gaudi_mode(point: dict[str, Any]) -> str:
+    """lazy, as the authors ran DDP and ZeRO-3; compile for FSDP, which on Gaudi runs only
+    under torch.compile, and wherever `gaudi_mode: compile` asks (their Gemma-2 comparison)."""
+    compiled = point["strategy"] == "fsdp" or point.get("gaudi_mode") == "compile"
+    return "compile" if compiled else "lazy"
+
+
+def gaudi_env(point: dict[str, Any]) -> dict[str, str]:
+    """Habana's bridge takes its mode from the environment once, when torch loads it."""
+    return {"PT_HPU_LAZY_MODE": "1" if gaudi_mode(point) == "lazy" else "0"}
+
+
+def gaudi_fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
+    """The authors' fsdp_config.json (optimum-habana's language-modeling example) as a dict,
+    whose keys GaudiTrainingArguments reads without the `fsdp_` prefix a file carries;
+    FULL_SHARD, auto wrap and no offload come from `fsdp` itself."""
+    return {
+        "transformer_layer_cls_to_wrap": layer_classes, "backward_prefetch": "BACKWARD_PRE",
+        "forward_prefetch": False, "use_orig_params": True, "sync_module_states": True,
+        "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": False,
+    }  # fmt: skip
+
+
+def gaudi_training_arguments(
+    point: dict[str, Any], output_dir: Path, layer_classes: list[str]
+) -> Any:
+    """The recipe as optimum-habana's GaudiTrainingArguments, as the authors' run_lora_clm.py
+    runs took it: lazy mode, or torch.compile on the hpu_backend without fwd/bwd pipelining;
+    ZeRO-3 with the same DeepSpeed config as elsewhere; FSDP fully sharded, auto-wrapped."""
+    from optimum.habana import GaudiTrainingArguments
+
+    compiled = gaudi_mode(point) == "compile"
+    kwargs = recipe_arguments(point, output_dir)
+    kwargs.update(
+        use_habana=True, use_lazy_mode=not compiled, gaudi_config_name=str(GAUDI_CONFIG),
+        throughput_warmup_steps=point.get("warmup_steps_for_throughput", 3),
+    )  # fmt: skip
+    if compiled:
+        kwargs.update(torch_compile=True, torch_compile_backend="hpu_backend",
+                      pipelining_fwd_bwd=False)  # fmt: skip
+    if point["strategy"] == "zero3":
+        kwargs["deepspeed"] = deepspeed_config(point)
+    elif point["strategy"] == "fsdp":
+        kwargs.update(fsdp="full_shard auto_wrap", fsdp_config=gaudi_fsdp_config(layer_classes))
+    return GaudiTrainingArguments(**kwargs)
+
+
+def gaudi_model_flags(point: dict[str, Any]) -> dict[str, bool]:
+    """Attention fused: Habana's flash attention with its causal mask, both off for eager;
+    compiled runs without fused RoPE, as the authors' FSDP and compiled runs."""
+    fused = point["attention"] == "fused"
+    flags = {"use_flash_attention": fused, "flash_attention_causal_mask": fused}
+    if gaudi_mode(point) == "compile":
+        flags["use_fused_rope"] = False
+    return flags
+
+
+def gaudi_trainer(point: dict[str, Any], model: Any, args: Any, **kwargs: Any) -> Any:
+    """optimum-habana's GaudiTrainer with the shipped Gaudi config. As run_lora_clm.py: the
+    model flags go on the model's generation config, where the trainer reads them, and
+    FSDP wraps each LoRA layer as well (peft's policy) on top of the decoder layers."""
+    from optimum.habana import GaudiConfig, GaudiTrainer
+
+    for key, value in gaudi_model_flags(point).items():
+        setattr(model.generation_config, key, value)
+    gaudi_config = GaudiConfig.from_pretrained(str(GAUDI_CONFIG))
+    trainer = GaudiTrainer(model=model, gaudi_config=gaudi_config, args=args, **kwargs)
+    if point["strategy"] == "fsdp" and point["method"] == "lora":
+        from peft.utils.other import fsdp_auto_wrap_policy
+
+        trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
+    return trainer
 
 
 class StrategyTrainer(Trainer):
