@@ -303,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(checkpoint_dir(args.out), ignore_errors=True)
         write_json(args.out, summarise(args.point, ranks))
     if torch.distributed.is_initialized():
+        # leave together: a rank that tears gloo down while a peer still talks aborts it
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0
 
