@@ -90,12 +90,14 @@ def sbatch_line(job: PlannedJob, settings: SimpleNamespace | None = None) -> str
 
 
 def one_per_rule(workdir: Path, profile: str, *args: str, **env: str) -> dict[str, str]:
+    """The sbatch line of each rule's jobs (fine-tuning points differ by their cards)."""
     result = dry_run(workdir, profile, *args, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     lines: dict[str, set[str]] = {}
     settings = executor_settings(profile)
     for job in planned_jobs(result.stdout):
-        lines.setdefault(job.name, set()).add(sbatch_line(job, settings))
+        if job.name != "finetune":
+            lines.setdefault(job.name, set()).add(sbatch_line(job, settings))
     # every job of a rule asks for the same thing on its first attempt
     assert all(len(v) == 1 for v in lines.values()), lines
     return {rule: v.pop() for rule, v in lines.items()}
@@ -123,6 +125,35 @@ def test_perlmutter_jobs(tmp_path):
     # the plugin then passes the cluster's default from sinfo), and no task geometry, so
     # the plugin starts one copy of the job rather than one per GPU
     assert not any(f.startswith(("-p ", "--ntasks")) for f in flags(plan["baseline"]))
+
+
+def finetune_lines(workdir: Path, profile: str) -> dict[int, set[str]]:
+    """Cards -> the sbatch flags of the paper sweep's points with that many cards."""
+    result = dry_run(workdir, profile)
+    assert result.returncode == 0, result.stderr[-3000:]
+    settings = executor_settings(profile)
+    jobs = [job for job in planned_jobs(result.stdout) if job.name == "finetune"]
+    assert len(jobs) == 3 * 3 * 5 * 2 * 3  # models x strategies x cards x attention x repeats
+    return {job.resources["gpu"]: flags(sbatch_line(job, settings)) for job in jobs}
+
+
+def test_finetune_points_ask_for_their_cards_and_nodes(tmp_path):
+    """Perlmutter and Expanse nodes have 4 GPUs: 6 and 8 cards take two nodes."""
+    plan = finetune_lines(tmp_path, "perlmutter")
+    for cards, nodes in {1: 1, 2: 1, 4: 1, 6: 2, 8: 2}.items():
+        assert {f"--gpus={cards}", f"--nodes={nodes}", "--qos=regular", "-C gpu",
+                f"--mem {64000 * min(cards, 4)}", "-t 120"} <= plan[cards]  # fmt: skip
+    plan = finetune_lines(tmp_path, "expanse")
+    assert {"-p gpu-shared", "--nodes=1", "--gpus=2"} <= plan[2]
+    assert {"-p gpu", "--nodes=2", "--gpus=8", "--mem 368000"} <= plan[8]
+
+
+def test_voyager_finetune_points_take_their_gaudi_cards(tmp_path):
+    result = dry_run(tmp_path, "voyager", account=None)
+    assert result.returncode == 0, result.stderr[-3000:]
+    points = [job for job in planned_jobs(result.stdout) if job.name == "finetune"]
+    assert {job.resources["gaudi"] for job in points} == {1, 2, 4, 6, 8}
+    assert all(job.resources["gpu"] == 0 for job in points)
 
 
 def test_site_variants_are_system_files(tmp_path):
@@ -177,7 +208,7 @@ def test_voyager_jobs_share_the_pods_cards(tmp_path):
     result = dry_run(tmp_path, "voyager", account=None)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = planned_jobs(result.stdout)
-    cards = {job.name: job.resources.get("gaudi", 0) for job in jobs}
+    cards = {job.name: job.resources.get("gaudi", 0) for job in jobs if job.name != "finetune"}
     assert {cards[r] for r in ("baseline", "sensitivity", "quantize")} == {1}
     assert {cards[r] for r in ("prepare_model", "prepare_data", "cluster", "report")} == {0}
     assert {job.threads for job in jobs if job.name == "quantize"} == {12}
