@@ -144,8 +144,9 @@ def activation_bytes(config: PretrainedConfig, work: Workload) -> int:
     (h + 2kv), q and k after RoPE (h + kv), k and v repeated to every query head (2h), the
     attention output and o_proj's input (2h), LoRA's dropped-out inputs (h per target), and
     the MLP's gate, up, activation and product (4i); eager attention adds the (heads x seq
-    x seq) scores and probabilities. The logits are kept in the run's dtype, in FP32 for
-    the loss, as its log-softmax and as their gradient. Sharding does not split activations.
+    x seq) scores, their softmax in FP32 and its copy in the run's dtype. The logits are
+    kept in the run's dtype, in FP32 for the loss, as its log-softmax and as their
+    gradient. Sharding does not split activations.
     """
     b, s = work.batch, work.seq_len
     h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
@@ -157,7 +158,7 @@ def activation_bytes(config: PretrainedConfig, work: Workload) -> int:
     per_token = 4 * h + (q + 2 * kv) + (q + kv) + 2 * q + 2 * h + lora + 4 * i
     per_layer = b * s * per_token * width
     if work.attention == "eager":
-        per_layer += 2 * b * heads * s * s * width
+        per_layer += b * heads * s * s * (2 * width + 4)
     return n * per_layer + b * s * config.vocab_size * (width + 3 * 4)
 
 
