@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from accelstudy.cli import main
 
@@ -26,16 +27,22 @@ def test_check_config_bad_key(tmp_path, capsys):
     assert err.count("\n") == 0 and "unknown key(s) ['batch']" in err
 
 
-def test_prepare_data_with_wrong_columns(tmp_path):
-    bad = tmp_path / "hs.jsonl"
-    bad.write_text(json.dumps({"ctx": "a", "endings": ["x"], "label": 0}) + "\n")
+def prepare_data(tmp_path, task: str, row: dict) -> tuple[subprocess.CompletedProcess, Path]:
+    """`accelstudy prepare-data` on a one-row local file; (the process, its output path)."""
+    bad = tmp_path / f"{task}.jsonl"
+    bad.write_text(json.dumps(row) + "\n")
     spec = json.dumps({"source": "local", "files": {"validation": str(bad)}})
     out = tmp_path / "out.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "accelstudy", "prepare-data", "--task", "hellaswag",
+        [sys.executable, "-m", "accelstudy", "prepare-data", "--task", task,
          "--spec", spec, "--split", "validation", "--out", str(out)],
         capture_output=True, text=True,
     )  # fmt: skip
+    return result, out
+
+
+def test_prepare_data_with_wrong_columns(tmp_path):
+    result, out = prepare_data(tmp_path, "hellaswag", {"ctx": "a", "endings": ["x"], "label": 0})
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert "missing column(s) ['activity_label', 'ctx_a', 'ctx_b']" in last
@@ -43,15 +50,9 @@ def test_prepare_data_with_wrong_columns(tmp_path):
 
 
 def test_prepare_data_with_a_bad_value_is_one_line(tmp_path):
-    bad = tmp_path / "boolq.jsonl"
-    bad.write_text(json.dumps({"question": "q", "passage": "p", "answer": "maybe"}) + "\n")
-    spec = json.dumps({"source": "local", "files": {"validation": str(bad)}})
-    out = tmp_path / "out.jsonl"
-    result = subprocess.run(
-        [sys.executable, "-m", "accelstudy", "prepare-data", "--task", "boolq",
-         "--spec", spec, "--split", "validation", "--out", str(out)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    result, out = prepare_data(
+        tmp_path, "boolq", {"question": "q", "passage": "p", "answer": "maybe"}
+    )
     assert result.returncode == 2 and not out.exists()
     assert result.stderr.strip().count("\n") == 0
     assert "row 1: column 'answer' value 'maybe'" in result.stderr

@@ -49,20 +49,25 @@ def _task_yaml(tmp: Path, task: str, rows: list[dict]) -> str:
     return name
 
 
+def _harness(model, tokenizer, name: str, tasks_dir: Path, batch_size: int) -> dict:
+    """lm_eval.simple_evaluate with HFLM around the in-memory model, on our task file."""
+    lm = HFLM(
+        pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
+        max_length=EVAL_SETTINGS["lm_eval_max_length"], device="cpu",
+    )  # fmt: skip
+    return lm_eval.simple_evaluate(
+        model=lm, tasks=[name], task_manager=TaskManager(include_path=str(tasks_dir)),
+        log_samples=True, num_fewshot=0, bootstrap_iters=0,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("fixture", ["tiny", "tiny_bos"])
 @pytest.mark.parametrize("task", ["hellaswag", "boolq"])
 def test_lm_eval_protocol_matches_the_harness(task, fixture, request, cpu, standin, tmp_path):
     model, tokenizer = request.getfixturevalue(fixture)
     rows = standin[task][:N_ITEMS]
     name = _task_yaml(tmp_path, task, rows)
-    lm = HFLM(
-        pretrained=model, tokenizer=tokenizer, batch_size=4,
-        max_length=EVAL_SETTINGS["lm_eval_max_length"], device="cpu",
-    )  # fmt: skip
-    out = lm_eval.simple_evaluate(
-        model=lm, tasks=[name], task_manager=TaskManager(include_path=str(tmp_path)),
-        log_samples=True, num_fewshot=0, bootstrap_iters=0,
-    )  # fmt: skip
+    out = _harness(model, tokenizer, name, tmp_path, batch_size=4)
     harness = out["results"][name]
     ours, items = evaluate_task(model, tokenizer, task, "lm-eval", rows, EVAL_SETTINGS, cpu)
 
@@ -117,15 +122,7 @@ def test_lm_eval_wikitext_matches_the_harness(fixture, request, cpu, standin, tm
     pages = _builder_pages(raw)
     assert len(pages) == 3 and "= = Section = =" in pages[0] and "@-@" in pages[0]
     name = _task_yaml(tmp_path, "wikitext", [{"page": p} for p in pages])
-    lm = HFLM(
-        pretrained=model, tokenizer=tokenizer, batch_size=1,
-        max_length=EVAL_SETTINGS["lm_eval_max_length"], device="cpu",
-    )  # fmt: skip
-    out = lm_eval.simple_evaluate(
-        model=lm, tasks=[name], task_manager=TaskManager(include_path=str(tmp_path)),
-        num_fewshot=0, bootstrap_iters=0,
-    )  # fmt: skip
-    harness = out["results"][name]
+    harness = _harness(model, tokenizer, name, tmp_path, batch_size=1)["results"][name]
     # HF's `wikitext` builder: each raw line with its newline, whitespace-only lines as ""
     rows = [{"text": line if line.strip() else ""} for line in raw.splitlines(keepends=True)]
     ours, _ = evaluate_task(model, tokenizer, "wikitext", "lm-eval", rows, EVAL_SETTINGS, cpu)

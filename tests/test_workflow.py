@@ -186,14 +186,17 @@ def test_bad_config_fails_before_any_job(tmp_path):
 
 def test_paper_study_plans_the_published_setup(tmp_path):
     """config/paper.yaml: 3 tasks x 2 protocols, 22 sensitivity jobs per task, 3 bit lists x
-    3 recipes per task; planned without a network or a GPU."""
+    3 recipes per task on TinyLlama; 3 models x 3 strategies x 5 card counts x 2 attention
+    settings x 3 repeats of fine-tuning (those models get no baseline or PTQ jobs); planned
+    without a network or a GPU."""
     cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
            str(ROOT / "config" / "paper.yaml"), "-n"]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert planned_jobs(result) == {
-        "prepare_data": 6, "prepare_model": 1, "baseline": 6, "sensitivity": 66,
-        "gather_sensitivity": 3, "cluster": 9, "quantize": 27, "report": 1, "all": 1,
+        "prepare_data": 6, "prepare_model": 4, "baseline": 6, "sensitivity": 66,
+        "gather_sensitivity": 3, "cluster": 9, "quantize": 27, "prepare_instructions": 1,
+        "finetune": 270, "report": 1, "all": 1,
     }  # fmt: skip
 
 
