@@ -90,3 +90,27 @@ def test_boolq_passage_beyond_512_tokens_loses_its_answer(tiny, cpu):
     short_right = float(items[1]["prediction"] == 0)
     assert metrics["acc_ties_no"] == metrics["accuracy"] == metrics["acc"] == short_right / 2
     assert metrics["acc_ties_yes"] == (1 + short_right) / 2
+
+
+@pytest.mark.parametrize("fixture", ["tiny", "tiny_bos"])
+def test_wikitext_blocks_equal_datasets_map_with_group_texts(fixture, request, standin):
+    """The reference itself: `datasets.map(tokenize, batched=True)` then HF's `group_texts`
+    (run_clm.py's) in a second batched map, on 2,300 rows with WikiText's blank rows."""
+    from itertools import chain
+
+    from datasets import Dataset
+
+    _, tokenizer = request.getfixturevalue(fixture)
+    rows = (standin["wikitext"] * 11)[:2300]
+    assert sum(r["text"] == "" for r in rows) > 100
+
+    def group_texts(examples: dict) -> dict:
+        joined = {k: list(chain(*examples[k])) for k in examples}
+        total = len(joined["input_ids"]) // 64 * 64
+        return {k: [t[i : i + 64] for i in range(0, total, 64)] for k, t in joined.items()}
+
+    tokenized = Dataset.from_list(rows).map(
+        lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"]
+    )
+    reference = tokenized.map(group_texts, batched=True)["input_ids"]
+    assert paper_blocks(tokenizer, rows, 64, None).tolist() == reference
