@@ -31,9 +31,9 @@ def point(strategy: str, tiny: bool) -> dict:
     return {
         "strategy": strategy, "attention": "fused", "cards": 2, "method": "lora",
         "dtype": "bfloat16", "max_steps": 6, "per_device_batch": 2, "grad_accum": 2,
-        "max_seq_length": 64 if tiny else 512, "lr": 3e-4, "max_grad_norm": 0.3,
+        "max_seq_length": 64 if tiny else 512, "learning_rate": 3e-4, "max_grad_norm": 0.3,
         "lora": {"rank": 64, "alpha": 64, "dropout": 0.05, "targets": ["q_proj", "v_proj"]},
-        "warmup_steps_for_throughput": 3, "data": {"source": "standin"},
+        "throughput_warmup_steps": 3, "data": {"source": "standin"},
     }  # fmt: skip
 
 

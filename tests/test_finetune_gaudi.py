@@ -25,8 +25,8 @@ def make_point(strategy: str, gaudi_mode: str = "lazy", attention: str = "fused"
     return {
         "strategy": strategy, "gaudi_mode": gaudi_mode, "attention": attention, "cards": 8,
         "method": "lora", "dtype": "bfloat16", "max_steps": 4, "per_device_batch": 2,
-        "grad_accum": 2, "max_seq_length": 64, "lr": 3e-4, "max_grad_norm": 0.3, "lora": LORA,
-        "warmup_steps_for_throughput": 3, "checkpoint_steps": None,
+        "grad_accum": 2, "max_seq_length": 64, "learning_rate": 3e-4, "max_grad_norm": 0.3, "lora": LORA,
+        "throughput_warmup_steps": 3, "checkpoint_steps": None,
     }  # fmt: skip
 
 

@@ -29,7 +29,7 @@ def tiny_dir(tmp_path_factory):
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero3"])
 def test_model_state_bytes_within_5_percent(strategy, processes, tiny_dir, tmp_path):
     """Per rank: parameters + gradients + optimizer states, predicted vs counted."""
-    point = make_point(strategy, cards=processes, max_steps=1, warmup_steps_for_throughput=0)
+    point = make_point(strategy, cards=processes, max_steps=1, throughput_warmup_steps=0)
     out = tmp_path / "result.json"
     finished = run_worker(point, tiny_dir, out, processes=processes)
     assert finished.returncode == 0, finished.stderr[-3000:]
@@ -58,7 +58,7 @@ def smollm2_shaped(tmp_path_factory):
 def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped, tmp_path):
     """The CPU peak is each rank's RSS growth from just before the model loads to its
     maximum (getrusage), against the planner's total for a cpu device."""
-    point = make_point(strategy, cards=processes, max_steps=2, warmup_steps_for_throughput=0,
+    point = make_point(strategy, cards=processes, max_steps=2, throughput_warmup_steps=0,
                        max_seq_length=512, zero3_persistence_threshold=None,
                        lora={"rank": 64, "alpha": 64, "dropout": 0.05,
                              "targets": ["q_proj", "v_proj"]})  # fmt: skip
@@ -154,7 +154,7 @@ def test_mpi_ranks_get_torch_variables():
 def stage_point(tiny_dir, tmp_path, **overrides):
     from accelstudy.finetune.stages import finetune_point
 
-    point = {**make_point("ddp", cards=1, max_steps=1, warmup_steps_for_throughput=0),
+    point = {**make_point("ddp", cards=1, max_steps=1, throughput_warmup_steps=0),
              "skip_predicted_oom": True, "on_unsupported": "record", **overrides}  # fmt: skip
     out = tmp_path / "record.json"
     finetune_point(study="s", system="cpu", model_name="tiny", model_dir=tiny_dir, point=point,

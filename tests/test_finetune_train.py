@@ -32,9 +32,9 @@ def make_point(strategy: str, **overrides) -> dict:
     point = {
         "strategy": strategy, "cards": 2, "attention": "fused", "method": "lora",
         "dtype": "bfloat16", "max_steps": 4, "per_device_batch": 2, "grad_accum": 2,
-        "max_seq_length": 64, "lr": 3e-4, "max_grad_norm": 0.3,
+        "max_seq_length": 64, "learning_rate": 3e-4, "max_grad_norm": 0.3,
         "lora": {"rank": 8, "alpha": 8, "dropout": 0.05, "targets": ["q_proj", "v_proj"]},
-        "warmup_steps_for_throughput": 3, "data": {"source": "standin"},
+        "throughput_warmup_steps": 3, "data": {"source": "standin"},
         # DeepSpeed keeps parameters under 1e5 elements whole on every rank: all of a tiny
         # model's are, so shard them too to see the partitioning
         "zero3_persistence_threshold": 0,

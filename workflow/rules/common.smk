@@ -208,8 +208,6 @@ def finetune_point(wildcards):
         attention=wildcards.attention,
         cards=int(wildcards.cards),
         repeat=int(wildcards.repeat),
-        lr=FINETUNE["learning_rate"],
-        warmup_steps_for_throughput=FINETUNE["throughput_warmup_steps"],
         seed=config["seed"],
         data={"source": "local", "file": f"{RESULTS}/data/instructions/train.jsonl"},
     )

@@ -21,13 +21,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from accelstudy.paths import RESOURCES
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-SHARDED = {"ddp": False, "fsdp": True, "zero3": True}
-# The process and framework beyond the tensors counted here: CUDA context / HCCL / the
-# Python interpreter with torch loaded. Stated, not fitted per point.
+# The process and framework beyond the tensors counted here, stated, not fitted per point.
 # cpu: RSS growth beyond the tensors counted here (allocator slack, thread pools, oneDNN's
 # reordered bf16 weights); cuda: context and cuBLAS workspaces; hpu: the graph runtime.
 FRAMEWORK_OVERHEAD = {"cpu": 0.3e9, "cuda": 1.0e9, "hpu": 2.0e9}
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -81,11 +78,15 @@ def load_config(model: str | Path) -> PretrainedConfig:
     return AutoConfig.from_pretrained(str(path))
 
 
-def tensor_shapes(config: PretrainedConfig, work: Workload) -> list[tuple[int, bool]]:
-    """(elements, trainable) of every parameter tensor, LoRA's A (rank x in) and B
-    (out x rank) beside each targeted Linear; the model is built on the meta device."""
+def meta_model(config: PretrainedConfig) -> torch.nn.Module:
+    """The model's shapes without its weights."""
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+
+
+def tensor_shapes(model: torch.nn.Module, work: Workload) -> list[tuple[int, bool]]:
+    """(elements, trainable) of every parameter tensor, LoRA's A (rank x in) and B
+    (out x rank) beside each targeted Linear."""
     tensors = [(p.numel(), work.method == "full") for p in model.parameters()]
     if work.method == "lora":
         for name, module in model.named_modules():
@@ -95,13 +96,11 @@ def tensor_shapes(config: PretrainedConfig, work: Workload) -> list[tuple[int, b
     return tensors
 
 
-def _layer_elements(config: PretrainedConfig) -> tuple[int, int]:
+def _layer_elements(model: torch.nn.Module) -> tuple[int, int]:
     """(one decoder layer's elements, all elements outside the decoder layers)."""
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    layer = sum(p.numel() for p in model.get_decoder().layers[0].parameters())
-    total = sum(p.numel() for p in model.parameters())
-    return layer, total - config.num_hidden_layers * layer
+    layers = model.get_decoder().layers
+    layer = sum(p.numel() for p in layers[0].parameters())
+    return layer, sum(p.numel() for p in model.parameters()) - len(layers) * layer
 
 
 def model_state_bytes(tensors: list[tuple[int, bool]], work: Workload) -> dict[str, int]:
@@ -109,12 +108,12 @@ def model_state_bytes(tensors: list[tuple[int, bool]], work: Workload) -> dict[s
 
     Weights, adapters, gradients and AdamW's two moments take the run's dtype (the
     adapters are cast to it, as the authors' script did), except under FSDP, whose mixed
-    precision keeps the trainable ones in FP32; AdamW adds a 4-byte step per
-    trainable tensor (DeepSpeed: one, for its one flat group). FSDP shards every tensor
-    over the cards. ZeRO-3 partitions every
-    tensor (ceil(n / cards) elements each) but also keeps whole, on every rank, the tensors
-    under its persistence threshold; its optimizer works on FP32 master partitions of the
-    trainable weights (4 bytes, and 8 for the moments), its gradients are partitioned.
+    precision keeps the trainable ones in FP32; AdamW adds a 4-byte step per trainable
+    tensor (DeepSpeed: one, for its one flat group). FSDP shards every tensor over the
+    cards. ZeRO-3 partitions every tensor (ceil(n / cards) elements each) but also keeps
+    whole, on every rank, the tensors under its persistence threshold; its optimizer works
+    on FP32 master partitions of the trainable weights (4 bytes, and 8 for the moments),
+    its gradients are partitioned.
     """
     width, n = BYTES[work.dtype], work.cards
     # FSDP: accelerate's mixed precision upcasts the trainable weights to FP32 shards
@@ -166,8 +165,9 @@ def plan(config: PretrainedConfig, work: Workload) -> MemoryPlan:
     """Per-card bytes of one point: model states (`model_state_bytes`), what a sharded
     rank gathers at once (the unwrapped rest and two decoder layers, the current and the
     prefetched next), activations and the framework overhead."""
-    states = model_state_bytes(tensor_shapes(config, work), work)
-    layer, rest = _layer_elements(config)
+    model = meta_model(config)
+    states = model_state_bytes(tensor_shapes(model, work), work)
+    layer, rest = _layer_elements(model)
     sharded = work.strategy != "ddp" and work.cards > 1
     return MemoryPlan(
         **states,

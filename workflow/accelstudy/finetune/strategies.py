@@ -25,7 +25,6 @@ from transformers import Trainer, TrainingArguments
 
 from accelstudy.paths import PROJECT_ROOT
 
-STRATEGIES = ("ddp", "zero3", "fsdp")
 ATTENTION = {"fused": "sdpa", "eager": "eager"}
 STATE_KEYS = (
     "params_trainable", "params_frozen", "params_whole_copies", "grads", "master_fp32",
@@ -125,7 +124,7 @@ def recipe_arguments(point: dict[str, Any], output_dir: Path) -> dict[str, Any]:
         "max_steps": point["max_steps"],
         "per_device_train_batch_size": point["per_device_batch"],
         "gradient_accumulation_steps": point["grad_accum"],
-        "learning_rate": point["lr"],
+        "learning_rate": point["learning_rate"],
         "lr_scheduler_type": "constant",
         "max_grad_norm": point["max_grad_norm"],
         "optim": "adamw_torch",
@@ -198,7 +197,7 @@ def gaudi_training_arguments(
     kwargs = recipe_arguments(point, output_dir)
     kwargs.update(
         use_habana=True, use_lazy_mode=not compiled, gaudi_config_name=str(GAUDI_CONFIG),
-        throughput_warmup_steps=point.get("warmup_steps_for_throughput", 3),
+        throughput_warmup_steps=point.get("throughput_warmup_steps", 3),
     )  # fmt: skip
     if compiled:
         kwargs.update(torch_compile=True, torch_compile_backend="hpu_backend",

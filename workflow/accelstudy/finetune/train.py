@@ -102,10 +102,9 @@ def local_processes() -> int:
 def decoder_layer_classes(model_dir: Path) -> list[str]:
     """What FSDP wraps: the model's no-split modules (its decoder layer), named as the built
     model's classes are, which on Gaudi are optimum-habana's subclasses of them."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from accelstudy.finetune.planner import load_config, meta_model
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir)))
+    model = meta_model(load_config(model_dir))
     wanted = set(model._no_split_modules)
     return sorted(
         {type(m).__name__ for m in model.modules() if wanted & {c.__name__ for c in type(m).mro()}}
@@ -182,7 +181,7 @@ def run_point(point: dict[str, Any], model_dir: Path, out: Path) -> dict[str, An
         else:
             args = strategies.training_arguments(point, kept or Path(scratch), device.kind, layers)
         model, tokenizer = load_model(model_dir, point, device.kind)  # after the args: zero.Init
-        meter = Meter(point.get("warmup_steps_for_throughput", 3))
+        meter = Meter(point.get("throughput_warmup_steps", 3))
         trainer_kwargs = dict(
             args=args, data_collator=default_data_collator, callbacks=[meter],
             train_dataset=train_dataset(point, tokenizer, args.world_size),
