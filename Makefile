@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/perplexity.py
 	$(BIN)/python bench/prefix_reuse.py
 	$(BIN)/python bench/finetune.py
+	$(BIN)/python bench/diffusion.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -16,6 +16,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/baseline.smk"
 include: "workflow/rules/ptq.smk"
 include: "workflow/rules/finetune.smk"
+include: "workflow/rules/diffusion.smk"
 include: "workflow/rules/report.smk"
 
 

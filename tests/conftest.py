@@ -58,3 +58,22 @@ def standin():
         "hellaswag": standin_rows("hellaswag", "validation"),
         "boolq": standin_rows("boolq", "validation"),
     }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pysm_local_data(tmp_path_factory):
+    """config/paper.yaml asks for PySM's d1 preset, whose templates a user keeps under
+    $PYSM_LOCAL_DATA; planning needs only that they are there, so empty stand-ins do."""
+    from accelstudy.diffusion.points import preset_files
+
+    root = tmp_path_factory.mktemp("pysm-data")
+    for name in preset_files("d1", 2048):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).touch()
+    previous = os.environ.get("PYSM_LOCAL_DATA")
+    os.environ["PYSM_LOCAL_DATA"] = str(root)
+    yield root
+    if previous is None:
+        del os.environ["PYSM_LOCAL_DATA"]
+    else:
+        os.environ["PYSM_LOCAL_DATA"] = previous

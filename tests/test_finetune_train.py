@@ -19,7 +19,7 @@ from accelstudy.data.instructions import (
     prompt_text,
 )
 from accelstudy.data.sources import DataSourceError
-from accelstudy.finetune.train import KILL_HOOK
+from accelstudy.ranks import KILL_HOOK
 
 WORKER = ["-m", "accelstudy.finetune.train"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from accelstudy.records import provenance, write_record
-from accelstudy.report import build_report, finetune, load_published
+from accelstudy.report import build_report, diffusion, finetune, load_published
 from accelstudy.report.collect import collect_records, collect_sensitivity, flatten
 from accelstudy.report.figures import calibration_text
 from accelstudy.report.tables import bit_order, published_table1, table1, tradeoff_points
@@ -257,6 +258,10 @@ def test_report_without_ptq(tmp_path):
     for name in finetune.FIGURES:  # declared by the rule: placeholders
         assert (tmp_path / "results" / "report" / "figures" / name).is_file()
     assert (tmp_path / "results" / "tables" / "finetune.csv").is_file()
+    for name in diffusion.FIGURES:
+        assert (tmp_path / "results" / "report" / "figures" / name).is_file()
+    sr3 = pd.read_csv(tmp_path / "results" / "tables" / "diffusion.csv")
+    assert sr3.empty and list(sr3.columns) == list(diffusion.COLUMNS.values())
 
 
 def test_flatten_tolerates_points_that_did_not_run():
@@ -375,3 +380,115 @@ def test_finetune_where_no_point_ran(tmp_path):
     assert ours["did not fit"] == "m on cpu, DDP fused, 1 card: predicted not to fit"
     finetune.write_figures(runs, points, tmp_path)  # the holes alone, no lines or bars
     assert all((tmp_path / name).stat().st_size > 10_000 for name in finetune.FIGURES)
+
+
+# SR3 strong scaling: training seconds per repeat; 1 device median 120 s (2 min), 2 devices
+# median 64 s (1.875x, efficiency 0.9375), 4 devices 40 s (3x, 0.75), 8 devices did not fit
+DIFFUSION = {1: [110.0, 120.0, 130.0], 2: [60.0, 64.0, 68.0], 4: [40.0], 8: [None]}
+
+
+def _sr3(devices: int, repeat: int, runtime: float | None) -> dict:
+    """An SR3 record as the stage writes it: the fixed work is 160 images at any device count,
+    2 GFLOP each; quality and memory only where it ran ok."""
+    metrics: dict = {"status": "ok" if runtime else "does-not-fit", "wall_time_s": 9.0}
+    if runtime:
+        metrics |= {"train_runtime_s": runtime, "iterations": 40 // devices,
+                    "images_processed": 160, "images_per_s": 160 / runtime,
+                    "flops_per_image": 2e9, "achieved_flops_per_s": 2e9 * 160 / runtime,
+                    "parameters": 1_500_000, "final_loss": 0.125, "losses": [0.5, 0.125],
+                    "peak_memory_bytes": 2**28, "peak_memory_per_rank": [2**28] * devices,
+                    "psnr_sr": 25.0, "ssim_sr": 0.75, "psnr_bicubic": 22.0,
+                    "ssim_bicubic": 0.5, "images": 3, "sampling_steps": 10}  # fmt: skip
+    return {
+        "stage": "diffusion", "study": "t", "system": "cpu", "device": "cpu", "model": "sr3",
+        "task": "dust-sr", "method": "ddp", "data_source": "standin",
+        "parameters": {"devices": devices, "repeat": repeat, "seed": 0, "total_iterations": 40,
+                       "batch_per_device": 4, "data": {"source": "standin", "standin": True}},
+        "metrics": metrics, "provenance": provenance("h", "cpu", "cpu", 9.0),
+    }  # fmt: skip
+
+
+def _write_sr3(folder: Path) -> list[Path]:
+    """The records and, beside each, its samples: SR3 off the truth by 0.1 everywhere (26.0 dB),
+    bicubic by -0.2 (20.0 dB); an empty file where the point did not run."""
+    truth = np.random.default_rng(0).uniform(-0.5, 0.5, (3, 1, 16, 16)).astype(np.float32)
+    paths = []
+    for devices, runtimes in DIFFUSION.items():
+        for repeat, runtime in enumerate(runtimes):
+            paths.append(folder / "diffusion" / f"devices-{devices}" / f"repeat-{repeat}.json")
+            write_record(paths[-1], _sr3(devices, repeat, runtime))
+            samples = paths[-1].with_name(f"repeat-{repeat}.samples.npz")
+            if runtime:
+                np.savez(samples, lr=truth[..., ::4, ::4], sr=truth + 0.1, bicubic=truth - 0.2,
+                         hr=truth)  # fmt: skip
+            else:
+                samples.touch()
+    return paths
+
+
+def test_diffusion_table_speed_up_against_our_single_device(tmp_path):
+    runs = diffusion.diffusion_runs(collect_records(_write_sr3(tmp_path)))
+    table = diffusion.diffusion_table(runs)
+    assert list(table.columns) == list(diffusion.COLUMNS.values())
+    rows = table.set_index("devices")
+    assert rows.index.tolist() == [1, 2, 4, 8] and rows["repeats"].tolist() == [3, 3, 1, 1]
+    assert rows["training minutes"].tolist()[:3] == [2.0, 1.067, 0.667]
+    assert rows["speed-up"].tolist()[:3] == [1.0, 1.875, 3.0]
+    assert rows["scaling efficiency"].tolist()[:3] == [1.0, 0.938, 0.75]
+    assert rows.loc[2, ["images/s", "achieved GFLOP/s", "GFLOP per image"]].tolist() == [
+        2.5, 5.0, 2.0,
+    ]  # fmt: skip
+    assert rows.loc[1, ["images trained", "parameters", "PSNR SR (dB)", "SSIM bicubic",
+                        "final loss", "peak MiB (max rank)", "data"]].tolist() == [
+        160, 1_500_000, 25.0, 0.5, 0.125, 256.0, "stand-in",
+    ]  # fmt: skip
+    hole = rows.loc[8]
+    assert hole["status"] == "does-not-fit" and pd.isna(hole["speed-up"])
+    assert pd.isna(hole["training minutes"])
+
+
+def test_fig3_draws_the_published_minutes_and_both_speed_ups(tmp_path):
+    paper = diffusion.published()
+    gaudi1 = paper[paper["device"] == "Gaudi1"].set_index("devices")
+    assert gaudi1.loc[64, ["minutes", "speedup", "efficiency"]].tolist() == [24, 60.0, 0.9375]
+    h100 = paper[paper["device"] == "H100"].set_index("devices")
+    assert h100.loc[4, "speedup"] == pytest.approx(132 / 43)
+    runs = diffusion.diffusion_runs(collect_records(_write_sr3(tmp_path)))
+    fig = diffusion.fig3(runs, paper)
+    speedup = fig.axes[2]
+    lines = {line.get_label(): line for line in speedup.get_legend().get_lines()}
+    assert {"ideal", "Gaudi1", "H100", "ours: cpu"} <= set(lines)
+    drawn = [line for line in speedup.get_lines() if len(line.get_xdata()) == 7]  # Gaudi1
+    assert drawn[0].get_ydata().tolist() == pytest.approx([1440 / m for m in gaudi1["minutes"]])
+    ours = [line for line in speedup.get_lines() if line.get_color() == "black"]  # median
+    assert ours[0].get_ydata().tolist() == pytest.approx([1.0, 1.875, 3.0])
+    minutes = fig.axes[0]
+    assert minutes.get_lines()[0].get_ydata().tolist() == gaudi1["minutes"].tolist()
+    assert fig.axes[1].get_xscale() == "log" and fig.axes[1].get_yscale() == "log"
+
+
+def test_report_with_diffusion(tmp_path):
+    paths = _write([_record("wikitext", "paper", "perplexity", 19.5)], tmp_path)
+    index = build_report("t", [*paths, *_write_sr3(tmp_path)], tmp_path / "results")
+    figures = tmp_path / "results" / "report" / "figures"
+    for name in diffusion.FIGURES:
+        assert (figures / name).stat().st_size > 20_000, name
+    table = pd.read_csv(tmp_path / "results" / "tables" / "diffusion.csv")
+    assert table["speed-up"].max() == 3.0 and len(table) == 4
+    page = index.read_text()
+    assert page.count("<table") == 2 and page.count("<img") == 3
+    markdown = (tmp_path / "results" / "report" / "report.md").read_text()
+    assert "## Fig. 3: SR3 training time for fixed work against devices" in markdown
+    assert "iterations x devices is fixed" in markdown and "Gaussian random field" in markdown
+    assert "1.50 M parameters on cpu" in markdown and "only normalised" in markdown
+
+
+def test_samples_panel_shows_the_first_point_that_ran(tmp_path):
+    runs = diffusion.diffusion_runs(collect_records(_write_sr3(tmp_path)))
+    assert runs["samples"][0].name == "repeat-0.samples.npz"
+    fig = diffusion.samples_figure(runs.iloc[0])
+    assert len(fig.axes) == 3 * 4  # three held-out images, four columns
+    titles = [ax.get_title() for ax in fig.axes[:4]]
+    assert titles == ["low-res input", "SR3 output: 26.0 dB", "bicubic: 20.0 dB", "truth"]
+    assert fig.axes[0].get_images()[0].get_array().shape == (4, 4)
+    assert "PSNR/SSIM SR 25.00 dB/0.750, bicubic 22.00 dB/0.500" in fig._suptitle.get_text()

@@ -30,6 +30,20 @@ TINY_CONFIG = {
         "chunks": 2,
         "bit_lists": [[16, 8, 4], [8, 4]],
     },
+    "diffusion": {  # Part 3 at its tiniest: 16 -> 4 pixels, 1 and 2 processes
+        "enabled": True,
+        "data": {"nside": 16, "patches": 16, "validation_patches": 2, "hr_size": 16},
+        "model": {
+            "inner_channels": 8,
+            "channel_multipliers": [1, 2],
+            "attention_resolutions": [8],
+            "res_blocks": 1,
+        },
+        "devices": [1, 2],
+        "total_iterations": 4,
+        "warmup_iterations": 1,
+        "quality": {"images": 2, "sampling_steps": 3},
+    },
 }
 
 
@@ -168,11 +182,37 @@ def test_editing_one_knob_reruns_only_what_it_affects(study):
         "cluster": 1, "quantize": 2, "report": 1, "all": 1,
     }  # fmt: skip
     config = json.loads(json.dumps(TINY_CONFIG))
+    config["diffusion"]["quality"]["sampling_steps"] = 4
+    assert planned_jobs(snakemake(study, "-n", config=config)) == {
+        "diffusion": 2, "report": 1, "all": 1,
+    }  # fmt: skip
+    config = json.loads(json.dumps(TINY_CONFIG))
     config["ptq"]["sparsity"] = 0.5
     assert planned_jobs(snakemake(study, "-n", config=config)) == {
         "sensitivity": 2, "gather_sensitivity": 1, "cluster": 2, "quantize": 4,
         "report": 1, "all": 1,
     }  # fmt: skip
+
+
+def test_diffusion_points_share_the_fixed_work(study):
+    """Strong scaling: 4 iterations on 1 process, 2 on each of 2, the same 16 images; the
+    two ranks see disjoint images; the panel holds input, SR, bicubic and truth."""
+    import numpy as np
+
+    base = study / "results" / "tiny" / "diffusion"
+    one, two = (json.loads((base / f"devices-{n}" / "repeat-0.json").read_text()) for n in (1, 2))
+    assert (one["metrics"]["iterations"], two["metrics"]["iterations"]) == (4, 2)
+    assert one["metrics"]["images_processed"] == two["metrics"]["images_processed"] == 16
+    assert two["metrics"]["first_epoch_images_per_rank"] == [8, 8]
+    assert two["metrics"]["first_epoch_images_shared"] == 0
+    assert one["parameters"]["data"]["standin"] and one["data_source"] == "standin"
+    assert one["metrics"]["flops_per_image"] == two["metrics"]["flops_per_image"] > 0
+    with np.load(base / "devices-2" / "repeat-0.samples.npz") as panel:
+        assert {k: panel[k].shape for k in panel} == {
+            "lr": (2, 1, 4, 4), "sr": (2, 1, 16, 16), "bicubic": (2, 1, 16, 16),
+            "hr": (2, 1, 16, 16),
+        }  # fmt: skip
+    assert "Fig. 3" in (study / "results" / "tiny" / "report" / "report.md").read_text()
 
 
 def test_bad_config_fails_before_any_job(tmp_path):
@@ -196,7 +236,7 @@ def test_paper_study_plans_the_published_setup(tmp_path):
     assert planned_jobs(result) == {
         "prepare_data": 6, "prepare_model": 4, "baseline": 6, "sensitivity": 66,
         "gather_sensitivity": 3, "cluster": 9, "quantize": 27, "prepare_instructions": 1,
-        "finetune": 270, "report": 1, "all": 1,
+        "finetune": 270, "prepare_dust": 1, "diffusion": 3, "report": 1, "all": 1,
     }  # fmt: skip
 
 

@@ -96,6 +96,37 @@ def _run_finetune(args: argparse.Namespace) -> None:
             print(f"{verdict} a {args.memory_per_card_gb:g} GB card")
 
 
+def _add_diffusion_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("prepare-dust", help="dust images from PySM3, paired high/low-res")
+    p.add_argument("--spec", type=_json, required=True, help="the diffusion.data config entry")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True, help="the pairs (npz)")
+    p.add_argument("--card", type=Path, required=True, help="the data card (JSON)")
+    p = sub.add_parser("diffusion", help="launch and record one SR3 strong-scaling point")
+    p.add_argument("--study", required=True)
+    p.add_argument("--system", required=True)
+    p.add_argument("--point", type=_json, required=True, help="the point (diffusion keys)")
+    for name in ("data", "card", "out", "samples"):
+        p.add_argument(f"--{name}", type=Path, required=True)
+    p.add_argument("--threads", type=int, default=1, help="cores of this job")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "hpu"])
+
+
+def _run_diffusion(args: argparse.Namespace) -> None:
+    if args.command == "prepare-dust":
+        from accelstudy.data.dust import prepare_dust
+
+        prepare_dust(args.spec, args.seed, args.out, args.card)
+    else:
+        from accelstudy.diffusion.stages import diffusion_point
+
+        diffusion_point(
+            study=args.study, system=args.system, point=args.point, data=args.data,
+            card=args.card, threads=args.threads, out=args.out, samples=args.samples,
+            device_kind=args.device,
+        )  # fmt: skip
+
+
 def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("baseline", help="evaluate the unquantized model on one task")
     for name in ("study", "system", "model-name", "task", "data-source"):
@@ -191,6 +222,7 @@ def _run_ptq(args: argparse.Namespace) -> None:
 
 PTQ_COMMANDS = {"sensitivity", "gather-sensitivity", "cluster", "quantize"}
 FINETUNE_COMMANDS = {"prepare-instructions", "finetune", "plan-memory"}
+DIFFUSION_COMMANDS = {"prepare-dust", "diffusion"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_commands(sub)
     _add_ptq_commands(sub)
     _add_finetune_commands(sub)
+    _add_diffusion_commands(sub)
     return parser
 
 
@@ -212,6 +245,8 @@ def run(args: argparse.Namespace) -> None:
         _run_ptq(args)
     elif args.command in FINETUNE_COMMANDS:
         _run_finetune(args)
+    elif args.command in DIFFUSION_COMMANDS:
+        _run_diffusion(args)
     elif args.command == "check-config":
         from accelstudy.config import load_config
 
@@ -256,8 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    from accelstudy.data.dust import DustDataError
     from accelstudy.data.sources import DataSourceError
-    from accelstudy.finetune.stages import PointFailed
+    from accelstudy.finetune.sweep import SweepError
+    from accelstudy.launch import PointFailed
     from accelstudy.locks import LockHeldError
     from accelstudy.models import ModelSourceError
     from accelstudy.ptq.stages import RecipeDeviceError, SensitivityTableError
@@ -272,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         RecipeDeviceError,
         LockHeldError,
         PointFailed,
+        SweepError,
+        DustDataError,
     ) as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2

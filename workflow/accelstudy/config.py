@@ -101,10 +101,12 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
         _check_task(name, task, base)
     _check_ptq(config)
     system = load_system(config["system"])
+    from accelstudy.diffusion.points import check_diffusion
     from accelstudy.finetune.sweep import SweepError, check_sweep
 
     try:
         check_sweep(config, system)
+        check_diffusion(config, system)
     except SweepError as exc:
         raise ConfigError(str(exc)) from None
     return config

@@ -9,14 +9,18 @@ MPIJob `mpirun` over the job's hostfile. Fine-tuning and diffusion both start th
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from accelstudy.finetune.sweep import nodes_for
 
+log = logging.getLogger("accelstudy")
 RENDEZVOUS_PORT = 29500
 MPI_HOSTFILE = "/etc/mpi/hostfile"  # where a Kubeflow MPIJob's launcher finds its workers
 
@@ -89,3 +93,34 @@ def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
 def threads_per_rank(threads: int, cards: int, system: Mapping[str, Any]) -> int:
     """OMP threads per rank so the ranks of one node share its job's cores, not oversubscribe."""
     return max(1, threads // layout(system, cards)[1])
+
+
+@dataclass(frozen=True)
+class RanksDevice:
+    """The ranks' device for the record, where the launching host has none of it."""
+
+    kind: str
+    label: str
+
+    def name(self) -> str:
+        return self.label
+
+
+class PointFailed(RuntimeError):
+    """The ranks exited with an error (not for lack of memory): no record, the job fails."""
+
+
+def run_ranks(system: Mapping[str, Any], cards: int, module: str, args: list[str], threads: int,
+              strategy: str = "ddp", env: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    """Start `cards` ranks of `module` (its result is the path after `--out`); raise if they
+    fail. `env` adds what the device's bridge reads as it loads (Gaudi's lazy mode)."""
+    command_line = command(system, cards, module, args, strategy)
+    environ = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank(threads, cards, system)),
+               **(env or {})}  # fmt: skip
+    log.info("launching: %s", " ".join(command_line))
+    finished = subprocess.run(command_line, env=environ, check=False)
+    result = Path(args[args.index("--out") + 1])
+    if finished.returncode != 0 or not result.is_file():
+        raise PointFailed(
+            f"{module} on {cards} cards exited with status {finished.returncode}; see the job log"
+        )

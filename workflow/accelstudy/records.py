@@ -26,7 +26,7 @@ from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 
 VERSIONED_PACKAGES = (
     "torch", "transformers", "datasets", "numpy", "snakemake", "lm_eval", "peft", "accelerate",
-    "deepspeed", "optimum_habana", "habana_torch_plugin", "diffusers",
+    "deepspeed", "optimum_habana", "habana_torch_plugin", "diffusers", "pysm3", "healpy",
 )  # fmt: skip
 
 

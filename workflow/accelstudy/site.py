@@ -127,7 +127,7 @@ def card_count(raw: Any) -> int | None:
 
 
 # rules whose jobs span nodes through the launcher module (their cards: finetune.cards)
-MULTI_NODE_RULES = ("finetune",)
+MULTI_NODE_RULES = ("finetune", "diffusion")
 
 
 def check_cards(system: Mapping[str, Any], per_rule: Mapping[str, Mapping[str, Any]]) -> None:

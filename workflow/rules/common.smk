@@ -4,6 +4,7 @@ import os
 
 from accelstudy.config import ConfigError, load_system, validate_config
 from accelstudy.evaluate.runner import relevant_settings
+from accelstudy.diffusion.points import points as diffusion_points
 from accelstudy.finetune.sweep import nodes_for, points as sweep_points
 from accelstudy.paths import export_for_jobs
 from accelstudy.site import check_profile
@@ -32,6 +33,7 @@ localrules:
     prepare_model,
     prepare_data,
     prepare_instructions,
+    prepare_dust,
     gather_sensitivity,
     cluster,
     report,
@@ -69,6 +71,7 @@ wildcard_constraints:
     attention="fused|eager",
     cards=r"\d+",
     repeat=r"\d+",
+    devices=r"\d+",
 
 
 def model_spec(wildcards):
@@ -226,3 +229,46 @@ def point_nodes(wildcards):
 def point_threads(wildcards):
     """On the cpu system a card is a process, so a point takes one core per card."""
     return int(wildcards.cards) if SYSTEM["device"] == "cpu" else 1
+
+
+DIFFUSION = config["diffusion"]
+DIFFUSION_KEYS = (
+    "total_iterations", "warmup_iterations", "batch_per_device", "learning_rate", "dtype",
+    "model", "schedule", "quality",
+)  # fmt: skip
+
+
+def diffusion_records():
+    return [
+        f"{RESULTS}/diffusion/devices-{p.devices}/repeat-{p.repeat}.json"
+        for p in diffusion_points(config)
+    ]
+
+
+def diffusion_samples():
+    return [path.replace(".json", ".samples.npz") for path in diffusion_records()]
+
+
+def diffusion_point(wildcards):
+    """The point as the worker reads it: only the diffusion keys a point depends on."""
+    point = {key: DIFFUSION[key] for key in DIFFUSION_KEYS}
+    point.update(
+        devices=int(wildcards.devices),
+        repeat=int(wildcards.repeat),
+        seed=config["seed"],
+    )
+    return json.dumps(point, sort_keys=True)
+
+
+def diffusion_threads(wildcards):
+    """On the cpu system a device is a process: one core each."""
+    return int(wildcards.devices) if SYSTEM["device"] == "cpu" else 1
+
+
+def device_cards(kind):
+    """A resource counting this point's devices where the system's card resource is `kind`."""
+    return lambda wildcards: int(wildcards.devices) if CARD_RESOURCE == kind else 0
+
+
+def device_nodes(wildcards):
+    return nodes_for(int(wildcards.devices), SYSTEM)

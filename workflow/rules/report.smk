@@ -3,7 +3,11 @@
 
 rule report:
     input:
-        records=baseline_records() + ptq_records() + finetune_records(),
+        records=baseline_records()
+        + ptq_records()
+        + finetune_records()
+        + diffusion_records(),
+        samples=diffusion_samples(),
         sensitivity=sensitivity_tables(),
         assignments=ptq_assignments(),
     output:
@@ -55,6 +59,21 @@ rule report:
             f"{RESULTS}/report/figures/finetune_strategies.png",
             caption="../report/fig2b.rst",
             category="Fine-tuning",
+        ),
+        diffusion=report(
+            f"{RESULTS}/tables/diffusion.csv",
+            caption="../report/diffusion_table.rst",
+            category="Diffusion",
+        ),
+        fig3=report(
+            f"{RESULTS}/report/figures/diffusion_scaling.png",
+            caption="../report/fig3.rst",
+            category="Diffusion",
+        ),
+        samples_figure=report(
+            f"{RESULTS}/report/figures/diffusion_samples.png",
+            caption="../report/diffusion_samples.rst",
+            category="Diffusion",
         ),
     log:
         f"{RESULTS}/logs/report.log",

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +21,11 @@ from accelstudy import launch
 from accelstudy.config import config_hash, load_system
 from accelstudy.finetune.planner import Workload, load_config, plan
 from accelstudy.finetune.strategies import gaudi_env
+from accelstudy.launch import PointFailed, RanksDevice, run_ranks
 from accelstudy.records import job_record, write_record
 
 log = logging.getLogger("accelstudy")
 WORKER = "accelstudy.finetune.train"
-
-
-@dataclass(frozen=True)
-class RanksDevice:
-    """The ranks' device for the record, where the launching host has none of it."""
-
-    kind: str
-    label: str
-
-    def name(self) -> str:
-        return self.label
-
-
-class PointFailed(RuntimeError):
-    """The ranks exited with an error (not for lack of memory): no record, the job fails."""
 
 
 def unsupported(point: dict[str, Any], model_dir: Path, device_kind: str) -> str | None:
@@ -81,24 +64,6 @@ def memory_per_card(system: dict[str, Any], cards: int) -> float:
     return psutil.virtual_memory().total / 1e9 / per_node
 
 
-def run_ranks(system: dict[str, Any], point: dict[str, Any], model_dir: Path, threads: int,
-              result: Path) -> None:  # fmt: skip
-    """Start the point's ranks through the launcher; raise if they fail."""
-    args = ["--point", json.dumps(point), "--model-dir", str(model_dir), "--out", str(result)]
-    command = launch.command(system, point["cards"], WORKER, args, point["strategy"])
-    env = {**os.environ, "OMP_NUM_THREADS": str(launch.threads_per_rank(threads, point["cards"],
-                                                                        system))}  # fmt: skip
-    if system["device"] == "hpu":  # the bridge reads its mode once, when torch loads it
-        env.update(gaudi_env(point))
-    log.info("launching: %s", " ".join(command))
-    finished = subprocess.run(command, env=env, check=False)
-    if finished.returncode != 0 or not result.is_file():
-        raise PointFailed(
-            f"point {point['strategy']} x {point['cards']} cards exited with status "
-            f"{finished.returncode}; see the job log"
-        )
-
-
 def finetune_point(*, study: str, system: str, model_name: str, model_dir: Path,
                    point: dict[str, Any], data_source: str, threads: int, out: Path,
                    device_kind: str = "auto") -> dict[str, Any]:  # fmt: skip
@@ -121,7 +86,10 @@ def finetune_point(*, study: str, system: str, model_name: str, model_dir: Path,
     else:
         result = out.with_name(f".{out.stem}.ranks.json")
         try:
-            run_ranks(machine, point, model_dir, threads, result)
+            args = ["--point", json.dumps(point), "--model-dir", str(model_dir), "--out",
+                    str(result)]  # fmt: skip
+            env = gaudi_env(point) if machine["device"] == "hpu" else {}
+            run_ranks(machine, point["cards"], WORKER, args, threads, point["strategy"], env)
             outcome = json.loads(result.read_text())
         finally:
             result.unlink(missing_ok=True)

@@ -46,6 +46,28 @@ def points(config: Mapping[str, Any]) -> Iterator[Point]:
                         yield Point(model, strategy, attention, cards, repeat)
 
 
+def check_cards(key: str, counts: list[int], system: Mapping[str, Any]) -> None:
+    """Every count of cards (processes on the cpu system) within what the system offers."""
+    per_node, nodes = cards_per_node(system), int(system.get("nodes", 1))
+    for cards in counts:
+        if cards > per_node * nodes:
+            unit = "cores" if system["cards_per_node"] == "cores" else "cards"
+            raise SweepError(
+                f"config key '{key}': {cards} cards, but system '{system['name']}' offers "
+                f"{per_node * nodes} ({nodes} node(s) x {per_node} {unit}); ask for at most "
+                f"{per_node * nodes}"
+            )
+
+
+def check_dtype(key: str, dtype: str, system: Mapping[str, Any]) -> None:
+    if dtype not in system.get("dtypes", [dtype]):
+        raise SweepError(
+            f"config key '{key}': {dtype} is not offered by "
+            f"{system.get('accelerator', system['name'])} (system '{system['name']}': "
+            f"{system['dtypes']}); use one of those"
+        )
+
+
 def check_sweep(config: Mapping[str, Any], system: Mapping[str, Any]) -> None:
     """Models configured, cards the system has, dtype it offers, DeepSpeed for ZeRO-3."""
     sweep = config["finetune"]
@@ -57,21 +79,8 @@ def check_sweep(config: Mapping[str, Any], system: Mapping[str, Any]) -> None:
                 f"config key 'finetune.models': model '{model}' is not configured under "
                 f"'models'; configured: {sorted(config['models'])}"
             )
-    per_node, nodes = cards_per_node(system), int(system.get("nodes", 1))
-    for cards in sweep["cards"]:
-        if cards > per_node * nodes:
-            unit = "cores" if system["cards_per_node"] == "cores" else "cards"
-            raise SweepError(
-                f"config key 'finetune.cards': {cards} cards, but system '{system['name']}' "
-                f"offers {per_node * nodes} ({nodes} node(s) x {per_node} {unit}); ask for "
-                f"at most {per_node * nodes}"
-            )
-    if sweep["dtype"] not in system.get("dtypes", [sweep["dtype"]]):
-        raise SweepError(
-            f"config key 'finetune.dtype': {sweep['dtype']} is not offered by "
-            f"{system.get('accelerator', system['name'])} (system '{system['name']}': "
-            f"{system['dtypes']}); use one of those"
-        )
+    check_cards("finetune.cards", sweep["cards"], system)
+    check_dtype("finetune.dtype", sweep["dtype"], system)
     if (
         "zero3" in sweep["strategies"]
         and sweep["on_unsupported"] == "error"

@@ -1,9 +1,8 @@
 """One fine-tuning point on this rank: `python -m accelstudy.finetune.train --point JSON
 --model-dir DIR --out RESULT.json`, under torchrun or alone (then as a 1-process group).
 
-Rank 0 writes the result. Running out of memory is a result (`does-not-fit`, exit 0): the
-sweep goes on and the report shows the hole. Any other error exits non-zero and writes
-nothing, so the scheduler's retry starts the point afresh, or, where the point keeps
+Results, out-of-memory and failures as every worker's (accelstudy.ranks): a retry starts
+the point afresh, or, where the point keeps
 checkpoints (`checkpoint_steps`, beside the result), from the newest one; such a result says
 so and its speed is not a clean measurement.
 """
@@ -16,11 +15,9 @@ import json
 import math
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +25,11 @@ import psutil
 import torch
 from transformers import TrainerCallback, default_data_collator
 
+from accelstudy import ranks
 from accelstudy.finetune import strategies
-from accelstudy.launch import rank_environment
-from accelstudy.records import package_versions, write_json
+from accelstudy.records import package_versions
 
 OOM_HOOK = "ACCELSTUDY_TEST_RAISE_OOM"  # "1": every rank raises OutOfMemoryError in step 1
-KILL_HOOK = "ACCELSTUDY_TEST_KILL_AFTER_SAVE"  # "N": dies after checkpoint N, as if preempted
 CPU_PEAK = "RSS growth: getrusage ru_maxrss at the end minus the RSS before the model loads"
 WARMUP_NOTE = "lr_scheduler constant ignores warm-up: the authors' warmup_ratio 0.03 had no effect"
 
@@ -67,8 +63,7 @@ class Meter(TrainerCallback):
             self.times["warm"] = time.perf_counter()
 
     def on_save(self, args, state, control, **kwargs):
-        if os.environ.get(KILL_HOOK) == str(state.global_step):
-            os._exit(137)  # no result, no clean-up: what a preempted job leaves
+        ranks.killed_at(state.global_step)  # the test hook: dies after this checkpoint
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
@@ -76,27 +71,6 @@ class Meter(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.times["end"] = time.perf_counter()
-
-
-def ensure_process_group_env() -> None:
-    """Outside torchrun, describe a 1-process group so every strategy runs the same way."""
-    if "LOCAL_RANK" in os.environ:
-        return
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(
-        RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )  # fmt: skip
-
-
-def local_processes() -> int:
-    """Ranks on this node, as torchrun, Open MPI (Gaudi) or DeepSpeed's launcher says."""
-    for key in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE"):
-        if key in os.environ:
-            return int(os.environ[key])
-    return 1
 
 
 def decoder_layer_classes(model_dir: Path) -> list[str]:
@@ -167,7 +141,7 @@ def run_point(point: dict[str, Any], model_dir: Path, out: Path) -> dict[str, An
 
     device = resolve(point.get("device", "auto"))
     # the launcher's OMP_NUM_THREADS wins (torchrun sets 1 where none is given)
-    for key, value in strategies.process_env(local_processes()).items():
+    for key, value in strategies.process_env(ranks.local_processes()).items():
         os.environ.setdefault(key, value)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     strategies.prepare_state(point["strategy"], device.kind)
@@ -241,28 +215,6 @@ def summarise(point: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, A
     }
 
 
-def does_not_fit(point: dict[str, Any], exc: BaseException) -> dict[str, Any]:
-    last = traceback.format_exception_only(exc)[-1].strip().splitlines()[-1]
-    return {"status": "does-not-fit", "point": point, "error": last, "versions": package_versions()}
-
-
-def peer_did_not_fit(out: Path) -> bool:
-    """A rank's collective breaks when a peer exits for lack of memory; that peer has
-    already written the does-not-fit result by then."""
-    try:
-        return json.loads(out.read_text()).get("status") == "does-not-fit"
-    except (OSError, ValueError):
-        return False
-
-
-def gather(local: dict[str, Any]) -> list[dict[str, Any]]:
-    if not torch.distributed.is_initialized():
-        return [local]
-    ranks: list[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(ranks, local)
-    return ranks
-
-
 def ensure_gaudi_mode(point: dict[str, Any], argv: list[str]) -> None:
     """Habana's bridge reads PT_HPU_LAZY_MODE once, as `import torch` loads it (autoloaded
     since SynapseAI 1.18): a rank started without the point's mode restarts itself with it."""
@@ -283,29 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     ensure_gaudi_mode(args.point, argv)
-    rank_environment()  # under mpirun (Gaudi): torch.distributed's variables from Open MPI's
-    ensure_process_group_env()
-    rank = int(os.environ["RANK"])
-    if rank == 0:
-        args.out.unlink(missing_ok=True)  # never take an earlier run's result as this one's
-    try:
-        local = run_point(args.point, args.model_dir, args.out)
-    except torch.OutOfMemoryError as exc:
-        write_json(args.out, does_not_fit(args.point, exc))
-        return 0
-    except Exception:
-        if peer_did_not_fit(args.out):
-            return 0
-        raise
-    ranks = gather(local)  # every rank has finished training: its checkpoints are spent
-    if rank == 0:
-        shutil.rmtree(checkpoint_dir(args.out), ignore_errors=True)
-        write_json(args.out, summarise(args.point, ranks))
-    if torch.distributed.is_initialized():
-        # leave together: a rank that tears gloo down while a peer still talks aborts it
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-    return 0
+    return ranks.run(
+        args.point, args.out,
+        work=lambda: run_point(args.point, args.model_dir, args.out),
+        summarise=lambda measured: summarise(args.point, measured),
+        # every rank has finished training: its checkpoints are spent
+        finished=lambda: shutil.rmtree(checkpoint_dir(args.out), ignore_errors=True),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

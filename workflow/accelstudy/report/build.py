@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelstudy.records import atomic_open
-from accelstudy.report import figures, finetune
+from accelstudy.report import diffusion, figures, finetune
 from accelstudy.report.collect import collect_records, collect_sensitivity, load_published
 from accelstudy.report.tables import (
     baseline_table,
@@ -133,6 +133,25 @@ def _finetune_sections(records: pd.DataFrame, tables: Path, folder: Path) -> lis
     ]  # fmt: skip
 
 
+def _diffusion_sections(records: pd.DataFrame, tables: Path, folder: Path) -> list[Section]:
+    """Fig. 3, the table of SR3 points and the image panel where SR3 ran; the table (headed,
+    empty) and the figures (placeholders) are written in every study, as the rule declares."""
+    runs = diffusion.diffusion_runs(records)
+    table = diffusion.diffusion_table(runs)
+    _write_csv(table, tables / "diffusion.csv")
+    diffusion.write_figures(runs, folder)
+    if runs.empty:
+        return []
+    return [
+        Section("Fig. 3: SR3 training time for fixed work against devices",
+                diffusion.note(runs), figure=diffusion.FIGURES[0]),
+        Section("SR3 points: speed-up, scaling efficiency, throughput and image quality",
+                diffusion.TABLE_NOTE, table),
+        Section("SR3 samples: held-out images", diffusion.SAMPLES_NOTE,
+                figure=diffusion.FIGURES[1]),
+    ]  # fmt: skip
+
+
 def _ptq_figures(records: pd.DataFrame, published: pd.DataFrame, sensitivity: pd.DataFrame,
                  calibration: dict[str, int | None], folder: Path) -> None:  # fmt: skip
     """Fig. 1 and the trade-off figure; a placeholder saying why where PTQ did not run (the
@@ -183,6 +202,7 @@ def build_report(
         ),
         *_ptq_sections(records, ours, published),
         *_finetune_sections(records, tables, report_dir / "figures"),
+        *_diffusion_sections(records, tables, report_dir / "figures"),
     ]
     commits = ", ".join(sorted(records["git_commit"].unique()))
     intro = f"{len(records)} result records; code {commits}."

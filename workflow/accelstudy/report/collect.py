@@ -12,8 +12,8 @@ from accelstudy.paths import RESOURCES
 from accelstudy.report.tables import bit_order, bits_label
 
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
-# a fine-tuning point's parameters the tables group by, and the per-rank model-state bytes
-POINT_KEYS = ("strategy", "attention", "cards", "repeat")
+# a fine-tuning or SR3 point's parameters the tables group by, and the per-rank model-state bytes
+POINT_KEYS = ("strategy", "attention", "cards", "devices", "repeat")
 MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 NAN = float("nan")
 
@@ -57,7 +57,10 @@ def flatten(record: dict) -> dict:
 
 
 def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
-    rows = [flatten(json.loads(Path(p).read_text())) for p in sorted(map(str, paths))]
+    """One row per record, with its path (files written beside it, such as SR3 samples)."""
+    rows = [
+        {**flatten(json.loads(Path(p).read_text())), "record": p} for p in sorted(map(str, paths))
+    ]
     return pd.DataFrame(rows)
 
 

@@ -1,0 +1,69 @@
+"""SR3 training speed at 1 and 2 processes, measured in one run, and the achieved FLOP/s
+against this machine's measured matmul rate.
+
+Both points train the default study's small SR3 (16 -> 64 on a stand-in dust sky) through
+the launcher the pipeline uses. Ratios: images/s at 2 processes against 1 (strong-scaling
+speed-up); achieved FLOP/s (FLOPs per image counted by torch x images/s) against the FP32
+rate of a 2048 x 2048 matmul on all of this run's threads, measured just before.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from accelstudy.config import load_config, load_system
+from accelstudy.data.dust import prepare_dust
+from accelstudy.diffusion.stages import WORKER
+from accelstudy.launch import run_ranks
+from accelstudy.paths import PROJECT_ROOT
+from common import best_of, parse_args, set_threads
+
+
+def matmul_flops_per_s(threads: int, n: int = 2048) -> float:
+    set_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    return 2 * n**3 / best_of(lambda: a @ b, repeats=5)
+
+
+def point(sweep: dict, devices: int, iterations: int) -> dict:
+    keys = ("warmup_iterations", "batch_per_device", "learning_rate", "dtype", "model", "schedule")
+    quick = {"images": 1, "sampling_steps": 1}  # the quality check is not what is timed
+    return {**{k: sweep[k] for k in keys}, "devices": devices, "repeat": 0, "seed": 0,
+            "total_iterations": iterations, "quality": quick}  # fmt: skip
+
+
+def main() -> int:
+    args = parse_args(__doc__)
+    sweep = load_config(PROJECT_ROOT / "config" / "config.yaml")["diffusion"]
+    iterations = 8 if args.tiny else 24
+    peak = matmul_flops_per_s(args.threads)
+    rates = {}
+    with tempfile.TemporaryDirectory(prefix="bench-diffusion-") as scratch:
+        folder = Path(scratch)
+        data = {**sweep["data"], "patches": 64, "validation_patches": 1}
+        prepare_dust(data, 0, folder / "pairs.npz", folder / "card.json")
+        for devices in (1, 2):
+            out = folder / f"devices-{devices}.json"
+            cli = ["--point", json.dumps(point(sweep, devices, iterations)), "--data",
+                   str(folder / "pairs.npz"), "--out", str(out), "--samples",
+                   str(folder / "panel.npz")]  # fmt: skip
+            run_ranks(load_system("cpu"), devices, WORKER, cli, args.threads)
+            rates[devices] = json.loads(out.read_text())["metrics"]
+    print(f"matmul FP32 ({args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
+    for devices, m in rates.items():
+        print(f"{devices} process(es): {m['images_per_s']:.2f} images/s, "
+              f"{m['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s = "
+              f"{m['achieved_flops_per_s'] / peak:.2f} x matmul")  # fmt: skip
+    print(f"speed-up 2 vs 1 process: {rates[2]['images_per_s'] / rates[1]['images_per_s']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Galactic dust images for SR3: PySM3 emission, gnomonic patches, high/low-res pairs.
+
+Sources: `pysm` (a PySM dust preset such as d1, d9, d10 from a local copy of the PySM data,
+PySM's own `PYSM_LOCAL_DATA`; nothing is downloaded), `standin` (a random sky from healpy's
+`synfast` with the dust spectrum C_ell ~ ell^-2.42 of Planck 2018 XI, made positive, then the
+same PySM modified black body), or `local` (an npz of images made elsewhere). Intensities
+go to log10 and then to [-1, 1] over the dataset (SR3 works on images in [-1, 1]).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from accelstudy.diffusion.points import check_preset
+from accelstudy.records import atomic_open, write_json
+
+DUST_SLOPE = -2.42  # Planck 2018 XI: dust C_ell ~ ell^-2.42
+STANDIN_BETA, STANDIN_TEMPERATURE_K = 1.48, 19.6  # Planck 2018 XI, as PySM's d9
+
+
+class DustDataError(ValueError):
+    """Data the configured model cannot use, named with its key and the fix."""
+
+
+def standin_template(nside: int, seed: int) -> np.ndarray:
+    """A positive intensity template: a Gaussian sky with the dust power law, offset so its
+    minimum sits one tenth of a standard deviation above zero."""
+    import healpy as hp
+
+    ell = np.arange(3 * nside)
+    cl = np.zeros(3 * nside)
+    cl[2:] = ell[2:] ** DUST_SLOPE
+    np.random.seed(seed)  # this healpy's synfast draws from numpy's global generator
+    sky = hp.synfast(cl, nside, new=True)
+    return sky - sky.min() + 0.1 * sky.std()
+
+
+def emission(spec: dict[str, Any], seed: int) -> np.ndarray:
+    """The dust intensity map (MJy/sr) at the configured frequency, through PySM3."""
+    import pysm3
+    import pysm3.units as u
+
+    nside = spec["nside"]
+    if spec["source"] == "pysm":
+        check_preset(spec["preset"], nside)  # the stage's own check, for CLI use
+        sky = pysm3.Sky(nside=nside, preset_strings=[spec["preset"]], output_unit="MJy/sr")
+    else:
+        template = standin_template(nside, seed) * u.uK_RJ
+        zeros = np.zeros_like(template)
+        model = pysm3.ModifiedBlackBody(
+            map_I=template, map_Q=zeros, map_U=zeros, freq_ref_I="545 GHz",
+            freq_ref_P="353 GHz", map_mbb_index=STANDIN_BETA,
+            map_mbb_temperature=STANDIN_TEMPERATURE_K * u.K, nside=nside,
+        )  # fmt: skip
+        sky = pysm3.Sky(nside=nside, component_objects=[model], output_unit="MJy/sr")
+    return np.asarray(sky.get_emission(spec["frequency_ghz"] * u.GHz)[0].value)
+
+
+def patches(sky: np.ndarray, count: int, size: int, reso_arcmin: float, seed: int) -> np.ndarray:
+    """`count` gnomonic patches of size x size pixels, centred uniformly on the sphere."""
+    import healpy as hp
+    from healpy.projector import GnomonicProj
+
+    nside = hp.npix2nside(sky.size)
+    rng = np.random.default_rng(seed)
+    lon = rng.uniform(0, 360, count)
+    lat = np.degrees(np.arcsin(rng.uniform(-1, 1, count)))
+    out = np.empty((count, size, size), dtype=np.float64)
+    for i in range(count):
+        projector = GnomonicProj(rot=(lon[i], lat[i]), xsize=size, reso=reso_arcmin)
+        out[i] = projector.projmap(sky, lambda x, y, z: hp.vec2pix(nside, x, y, z))
+    return out
+
+
+def downsample(images: torch.Tensor, scale: int, method: str) -> torch.Tensor:
+    """Low-resolution inputs: the mean of each scale x scale block, or antialiased bicubic."""
+    if method == "block":
+        return F.avg_pool2d(images, scale)
+    size = images.shape[-1] // scale
+    return F.interpolate(images, size=size, mode="bicubic", antialias=True, align_corners=False)
+
+
+def to_unit_range(images: np.ndarray, log: bool) -> tuple[np.ndarray, dict[str, float]]:
+    values = np.log10(images) if log else images
+    low, high = float(values.min()), float(values.max())
+    scaled = 2 * (values - low) / max(high - low, 1e-12) - 1
+    return scaled.astype(np.float32), {"log10": log, "min": low, "max": high}
+
+
+def local_images(spec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """An npz made elsewhere: `hr` (N, H, W), and `lr` if its own down-sampling is wanted."""
+    with np.load(spec["file"]) as data:
+        hr = data["hr"].reshape(len(data["hr"]), *data["hr"].shape[-2:])
+        lr = data["lr"].reshape(len(data["lr"]), *data["lr"].shape[-2:]) if "lr" in data else None
+    if hr.shape[-1] != spec["hr_size"] or hr.shape[-2] != spec["hr_size"]:
+        raise DustDataError(
+            f"config key 'diffusion.data.hr_size': {spec['hr_size']}, but {spec['file']} holds "
+            f"{hr.shape[-2]}x{hr.shape[-1]} images; set hr_size to {hr.shape[-1]}"
+        )
+    if lr is not None and lr.shape[-1] * spec["scale"] != hr.shape[-1]:
+        raise DustDataError(
+            f"config key 'diffusion.data.scale': {spec['scale']}, but {spec['file']} pairs "
+            f"{lr.shape[-1]}-pixel inputs with {hr.shape[-1]}-pixel targets; set scale to "
+            f"{hr.shape[-1] / lr.shape[-1]:g}"
+        )
+    return hr, lr
+
+
+def prepare_dust(spec: dict[str, Any], seed: int, out: Path, card: Path) -> dict[str, Any]:
+    """Make the paired dataset once: `out` (npz: hr, lr in [-1, 1]) and its data card."""
+    import healpy as hp
+
+    total = spec["patches"] + spec["validation_patches"]
+    lr = None
+    if spec["source"] == "local":
+        hr_raw, lr = local_images(spec)
+        hr, normalisation = to_unit_range(hr_raw, log=False)
+        reso = None
+    else:
+        sky = emission(spec, seed)
+        reso = spec.get("reso_arcmin") or hp.nside2resol(spec["nside"], arcmin=True)
+        hr, normalisation = to_unit_range(patches(sky, total, spec["hr_size"], reso, seed), True)
+    hr_t = torch.from_numpy(hr).unsqueeze(1)
+    if lr is None:
+        lr_t = downsample(hr_t, spec["scale"], spec["downsample"])
+    else:
+        low, high = normalisation["min"], normalisation["max"]
+        lr_t = torch.from_numpy((2 * (lr - low) / max(high - low, 1e-12) - 1).astype(np.float32))
+        lr_t = lr_t.unsqueeze(1)
+    with atomic_open(out, "wb") as handle:
+        np.savez(handle, hr=hr_t.numpy(), lr=lr_t.numpy(), validation=spec["validation_patches"])
+    data_card = {
+        **{k: spec.get(k) for k in ("source", "preset", "nside", "frequency_ghz", "file")},
+        "standin": spec["source"] == "standin", "patches": spec["patches"],
+        "validation_patches": spec["validation_patches"], "hr_size": spec["hr_size"],
+        "scale": spec["scale"], "downsample": spec["downsample"] if lr is None else "given",
+        "reso_arcmin": reso, "seed": seed, "normalisation": normalisation,
+        "images": len(hr_t), "spectrum_slope": DUST_SLOPE if spec["source"] == "standin" else None,
+    }  # fmt: skip
+    write_json(card, data_card)
+    return data_card
+
+
+def load_pairs(path: Path) -> dict[str, torch.Tensor]:
+    """The training and held-out pairs, as float tensors (N, 1, H, W)."""
+    with np.load(path) as data:
+        hr, lr = torch.from_numpy(data["hr"]), torch.from_numpy(data["lr"])
+        split = len(hr) - int(data["validation"])
+    return {"hr": hr[:split], "lr": lr[:split], "hr_val": hr[split:], "lr_val": lr[split:]}
+
+
+def read_card(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())

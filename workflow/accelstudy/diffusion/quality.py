@@ -1,0 +1,38 @@
+"""Image quality of super-resolved images against the truth: PSNR and SSIM (scikit-image's).
+
+Images live in [-1, 1], so the data range is 2. SSIM is Wang et al. (2004) with the
+Gaussian window (sigma 1.5) and its sample covariance, as their reference code computes it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+DATA_RANGE = 2.0
+
+
+def psnr(image: np.ndarray, truth: np.ndarray) -> float:
+    with np.errstate(divide="ignore"):  # identical images: infinite, as it should be
+        return float(peak_signal_noise_ratio(truth, image, data_range=DATA_RANGE))
+
+
+def ssim(image: np.ndarray, truth: np.ndarray) -> float:
+    return float(
+        structural_similarity(
+            truth, image, data_range=DATA_RANGE, gaussian_weights=True, sigma=1.5,
+            use_sample_covariance=False,
+        )
+    )  # fmt: skip
+
+
+def scores(images: torch.Tensor, truths: torch.Tensor) -> dict[str, float]:
+    """Mean PSNR (dB) and SSIM over a batch of (N, 1, H, W) images."""
+    pairs = [
+        (i[0].double().numpy(), t[0].double().numpy()) for i, t in zip(images, truths, strict=True)
+    ]
+    return {
+        "psnr": float(np.mean([psnr(i, t) for i, t in pairs])),
+        "ssim": float(np.mean([ssim(i, t) for i, t in pairs])),
+    }

@@ -1,0 +1,103 @@
+"""SR3 (Saharia et al. 2021, as Janspiry's PyTorch port) on diffusers' parts.
+
+The network is diffusers' UNet2DModel fed [up-sampled low-res, noisy high-res] as two
+channels and SR3's continuous noise level sqrt(alpha_bar) as its float "timestep"; the
+linear beta schedule is diffusers' DDPMScheduler. Training draws the noise level uniformly
+between two neighbouring steps' sqrt(alpha_bar) and takes the summed L1 distance between
+the true and predicted noise, as the port does. Evaluation samples with a short DDIM schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def build_unet(model: Mapping[str, Any], hr_size: int):
+    """SR3's UNet: in 2 channels (condition, noisy image), out 1 (the predicted noise)."""
+    from diffusers import UNet2DModel
+
+    attention = set(model["attention_resolutions"])
+    levels = len(model["channel_multipliers"])
+    has_attention = [hr_size // 2**i in attention for i in range(levels)]
+    return UNet2DModel(
+        sample_size=hr_size, in_channels=2, out_channels=1,
+        block_out_channels=tuple(model["inner_channels"] * m for m in model["channel_multipliers"]),
+        layers_per_block=model["res_blocks"], dropout=model["dropout"],
+        down_block_types=tuple("AttnDownBlock2D" if a else "DownBlock2D" for a in has_attention),
+        up_block_types=tuple("AttnUpBlock2D" if a else "UpBlock2D" for a in has_attention[::-1]),
+        norm_num_groups=min(32, model["inner_channels"]),
+    )  # fmt: skip
+
+
+def scheduler(schedule: Mapping[str, Any]):
+    from diffusers import DDPMScheduler
+
+    return DDPMScheduler(
+        num_train_timesteps=schedule["steps"], beta_start=schedule["beta_start"],
+        beta_end=schedule["beta_end"], beta_schedule="linear",
+    )  # fmt: skip
+
+
+def sqrt_alpha_bar_prev(noise_schedule) -> torch.Tensor:
+    """sqrt(alpha_bar) before each step, with 1 before the first: SR3's noise-level table."""
+    alpha_bar = noise_schedule.alphas_cumprod.double()
+    return torch.cat([torch.ones(1, dtype=torch.float64), alpha_bar]).sqrt()
+
+
+def upsample(lr: torch.Tensor, size: int) -> torch.Tensor:
+    """SR3's condition: the low-res image up-sampled (bicubic) to the target size."""
+    return F.interpolate(lr, size=size, mode="bicubic", align_corners=False)
+
+
+def training_loss(unet, table: torch.Tensor, hr: torch.Tensor, condition: torch.Tensor,
+                  generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """One SR3 step's loss: continuous noise level, noised target, summed L1 on the noise."""
+    batch = hr.shape[0]
+    steps = len(table) - 1
+    t = int(torch.randint(1, steps + 1, (1,), generator=generator))  # one step per batch
+    low, high = table[t], table[t - 1]
+    gamma = low + (high - low) * torch.rand(batch, generator=generator, dtype=torch.float64)
+    gamma = gamma.to(hr.device, torch.float32)
+    noise = torch.randn(hr.shape, generator=generator).to(hr.device, hr.dtype)
+    g = gamma.view(-1, 1, 1, 1)
+    noisy = g * hr + (1 - g**2).sqrt() * noise
+    predicted = unet(torch.cat([condition, noisy], dim=1), gamma).sample
+    return F.l1_loss(predicted, noise, reduction="sum")
+
+
+@torch.no_grad()
+def super_resolve(unet, noise_schedule, lr: torch.Tensor, size: int, steps: int,
+                  seed: int = 0) -> torch.Tensor:  # fmt: skip
+    """SR images from low-res inputs by DDIM over `steps` of the training schedule."""
+    from diffusers import DDIMScheduler
+
+    ddim = DDIMScheduler.from_config(noise_schedule.config, clip_sample=True)
+    ddim.set_timesteps(steps)
+    condition = upsample(lr, size)
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(condition.shape, generator=generator).to(condition)
+    for t in ddim.timesteps:
+        gamma = ddim.alphas_cumprod[t].sqrt().to(x).expand(len(x))
+        noise = unet(torch.cat([condition, x], dim=1), gamma).sample
+        x = ddim.step(noise, t, x).prev_sample
+    return x.clamp(-1, 1)
+
+
+def parameter_count(unet) -> int:
+    return sum(p.numel() for p in unet.parameters())
+
+
+def flops_per_image(unet, table: torch.Tensor, hr: torch.Tensor, condition: torch.Tensor) -> int:
+    """FLOPs of one training step (forward and backward) per image, counted by torch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        training_loss(unet, table, hr, condition).backward()
+    unet.zero_grad(set_to_none=True)
+    return math.ceil(counter.get_total_flops() / hr.shape[0])

@@ -1,0 +1,180 @@
+"""Part 3 in the report: Fig. 3 (the published SR3 minutes for fixed work against devices, and
+the speed-up with ours beside them), a table of our strong-scaling points and a panel of
+held-out images. Our minutes are for a small model on CPU processes, not the paper's, so the
+figure sets ours beside theirs only as speed-up against each one's own single device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from accelstudy.paths import RESOURCES
+from accelstudy.report.figures import _save, placeholder
+
+KEYS = ["system", "devices"]
+# metric columns the table reads; absent from the collected records where no point ran
+METRICS = ("train_runtime_s", "images_per_s", "images_processed", "flops_per_image",
+           "achieved_flops_per_s", "parameters", "psnr_sr", "ssim_sr", "psnr_bicubic",
+           "ssim_bicubic", "final_loss", "images")  # fmt: skip
+FIGURES = ("diffusion_scaling.png", "diffusion_samples.png")
+PANEL = ("lr", "sr", "bicubic", "hr")
+TITLES = ("low-res input", "SR3 output", "bicubic", "truth")
+COLUMNS = {
+    "system": "system", "devices": "devices", "status": "status", "repeats": "repeats",
+    "data": "data", "minutes": "training minutes", "images_trained": "images trained",
+    "images_per_s": "images/s", "speedup": "speed-up", "efficiency": "scaling efficiency",
+    "gflop": "GFLOP per image", "gflops": "achieved GFLOP/s", "parameters": "parameters",
+    "psnr_sr": "PSNR SR (dB)", "ssim_sr": "SSIM SR", "psnr_bicubic": "PSNR bicubic (dB)",
+    "ssim_bicubic": "SSIM bicubic", "final_loss": "final loss", "peak": "peak MiB (max rank)",
+}  # fmt: skip
+TABLE_NOTE = (
+    "Strong scaling: iterations x devices is fixed (batch per device fixed), so every row "
+    "trains the same images. Medians over the repeats that ran; speed-up: the same system's "
+    "median single-device minutes over these; efficiency: speed-up / devices. PSNR/SSIM of "
+    "the SR3 samples and of bicubic up-sampling against the held-out truth."
+)
+SAMPLES_NOTE = "Held-out images of the first point that ran: input, SR3 output, bicubic, truth."
+
+
+def diffusion_runs(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per SR3 record (a repeat of a point): its training minutes, its speed-up
+    against the median of its system's single-device repeats, its samples npz (beside it)."""
+    runs = records[records["stage"] == "diffusion"]
+    if runs.empty:
+        return runs
+    runs = runs.assign(**{m: runs.get(f"metric_{m}", np.nan) for m in METRICS})
+    runs = runs.assign(devices=runs["devices"].astype(int), repeat=runs["repeat"].astype(int),
+                       minutes=runs["train_runtime_s"] / 60,
+                       samples=[Path(r).with_name(f"{Path(r).stem}.samples.npz")
+                                for r in runs["record"]])  # fmt: skip
+    runs = runs.sort_values([*KEYS, "repeat"], kind="stable").reset_index(drop=True)
+    base = runs[(runs["status"] == "ok") & (runs["devices"] == 1)].groupby("system")["minutes"]
+    return runs.assign(speedup=runs["system"].map(base.median()) / runs["minutes"])
+
+
+def diffusion_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """A row per (system, devices) as the report and tables/diffusion.csv show it; headed but
+    empty where no SR3 point was recorded."""
+    if runs.empty:
+        return pd.DataFrame(columns=list(COLUMNS.values()))
+    ok = runs[runs["status"] == "ok"].assign(peak=runs["peak_memory_mib"])
+    medians = ok.groupby(KEYS)[["minutes", *METRICS]].median()
+    points = (
+        runs.groupby(KEYS)
+        .agg(status=("status", lambda s: ", ".join(dict.fromkeys(s))),
+             repeats=("status", "size"), data=("data", lambda s: ", ".join(dict.fromkeys(s))))
+        .join(medians).join(ok.groupby(KEYS)["peak"].max()).reset_index()
+    )  # fmt: skip
+    base = points[points["devices"] == 1].set_index("system")["minutes"]
+    speedup = points["system"].map(base) / points["minutes"]
+    points = points.assign(
+        images_trained=points["images_processed"], speedup=speedup,
+        efficiency=speedup / points["devices"], gflop=points["flops_per_image"] / 1e9,
+        gflops=points["achieved_flops_per_s"] / 1e9,
+    )  # fmt: skip
+    counts = {"images trained": "Int64", "parameters": "Int64"}
+    return points[list(COLUMNS)].rename(columns=COLUMNS).round(3).astype(counts)
+
+
+def published() -> pd.DataFrame:
+    """The paper's minutes (Fig. 3), with each accelerator's speed-up against its own 1."""
+    minutes = pd.read_csv(RESOURCES / "diffusion_minutes.csv")
+    one = minutes[minutes["devices"] == 1].set_index("device")["minutes"]
+    speedup = minutes["device"].map(one) / minutes["minutes"]
+    return minutes.assign(speedup=speedup, efficiency=speedup / minutes["devices"])
+
+
+def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
+    """Top: the published minutes, linear and log-log, as the paper draws them; bottom: the
+    speed-up and the scaling efficiency, theirs and ours (median, bars min-max) with ideal."""
+    ok = runs[runs["status"] == "ok"].dropna(subset=["speedup"])
+    ok = ok.assign(who="ours: " + ok["system"], efficiency=ok["speedup"] / ok["devices"])
+    ours = dict(zip(dict.fromkeys(ok["who"]), ["black", *sns.color_palette("Dark2")],
+                    strict=False))  # fmt: skip
+    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
+    ticks = sorted({*paper["devices"], *runs["devices"]})
+    # (y, log x, log y, label): the paper's two panels of minutes, then speed-up, efficiency
+    panels = [("minutes", False, False, "minutes (published)"),
+              ("minutes", True, True, "minutes (published, log-log)"),
+              ("speedup", True, True, "speed-up T1 / TN"),
+              ("efficiency", True, False, "scaling efficiency (speed-up / devices)")]  # fmt: skip
+    for ax, (y, logx, logy, label) in zip(axes.flat, panels, strict=True):
+        if y == "speedup":
+            ax.plot([1, ticks[-1]], [1, ticks[-1]], "k:", label="ideal")
+        elif y == "efficiency":
+            ax.axhline(1, c="k", ls=":", label="ideal")
+        sns.lineplot(data=paper, x="devices", y=y, hue="device", marker="o", ax=ax)
+        if y != "minutes" and not ok.empty:
+            sns.lineplot(data=ok, x="devices", y=y, hue="who", palette=ours, marker="s",
+                         estimator="median", errorbar=("pi", 100), err_style="bars",
+                         linewidth=2.5, ax=ax)  # fmt: skip
+        if logx:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+        if logy:
+            ax.set_yscale("log", base=2 if y == "speedup" else 10)
+        if y == "speedup":
+            ax.set_yticks(ticks, [str(t) for t in ticks])
+        ax.set(xlabel="devices", ylabel=label)
+        ax.legend(fontsize=7)
+    axes[0, 0].set_title("SR3 training time for fixed work (published)")
+    axes[1, 0].set_title("Speed-up: each against its own single device")
+    return fig
+
+
+def samples_figure(run: pd.Series, rows: int = 4) -> plt.Figure:
+    """Rows of held-out images from the run's samples npz, columns as TITLES; the PSNR of SR3
+    and bicubic per image (range 2: images in [-1, 1], as the stage scores them)."""
+    with np.load(run["samples"]) as npz:
+        images = {k: npz[k][:rows, 0] for k in PANEL}
+    count = len(images["hr"])
+    fig, axes = plt.subplots(count, 4, squeeze=False, figsize=(10, 2.6 * count + 0.6))
+    for i, row in enumerate(axes):
+        for ax, key, title in zip(row, PANEL, TITLES, strict=True):
+            image, truth = images[key][i], images["hr"][i]
+            ax.imshow(image, cmap="inferno", vmin=-1, vmax=1, interpolation="nearest")
+            ax.set_axis_off()
+            if key in ("sr", "bicubic"):
+                title += f": {10 * np.log10(4 / np.mean((image - truth) ** 2)):.1f} dB"
+            ax.set_title(title, fontsize=9)
+    fig.suptitle(
+        f"{run['system']}, {run['devices']} device(s), repeat {run['repeat']}: mean over "
+        f"{run['images']:.0f} images, PSNR/SSIM SR {run['psnr_sr']:.2f} dB/{run['ssim_sr']:.3f}, "
+        f"bicubic {run['psnr_bicubic']:.2f} dB/{run['ssim_bicubic']:.3f}", fontsize=9,
+    )  # fmt: skip
+    return fig
+
+
+def note(runs: pd.DataFrame) -> str:
+    """What our numbers are, so no one reads our minutes against the paper's."""
+    size = runs["parameters"].max()
+    parts = [f"Ours: SR3 with {size / 1e6:.2f} M parameters on "
+             f"{', '.join(runs['system'].unique())}; the paper's UNet is far larger and "
+             "trained on accelerators, so our minutes are not theirs: ours appear only "
+             "normalised to our own single-device time."]  # fmt: skip
+    if runs["device"].eq("cpu").any():
+        parts.append("A device is a CPU process (gloo), not an accelerator.")
+    if runs["data"].eq("stand-in").any():
+        parts.append("The data is a stand-in (a Gaussian random field with a dust-like power "
+                     "spectrum), not PySM maps.")  # fmt: skip
+    return " ".join(parts)
+
+
+def write_figures(runs: pd.DataFrame, folder: Path) -> None:
+    """Fig. 3 and the image panel; placeholders saying why where nothing ran (the rule
+    declares them in every study). A samples npz is empty where its point did not run."""
+    if runs.empty:
+        for name in FIGURES:
+            placeholder(folder / name, "no diffusion records in this study")
+        return
+    _save(fig3(runs, published()), folder / FIGURES[0])
+    sampled = runs["samples"].map(lambda p: p.is_file() and p.stat().st_size > 0)
+    found = runs[(runs["status"] == "ok") & sampled]
+    if found.empty:
+        placeholder(folder / FIGURES[1], "no SR3 samples: no point ran")
+    else:
+        _save(samples_figure(found.iloc[0]), folder / FIGURES[1])

@@ -1,0 +1,47 @@
+# Part 3: SR3 diffusion super-resolution of dust images, strong scaling over devices.
+# One dataset; one job per (devices, repeat), asking the scheduler for exactly its devices.
+
+
+rule prepare_dust:
+    output:
+        pairs=f"{RESULTS}/data/dust/pairs.npz",
+        card=f"{RESULTS}/data/dust/card.json",
+    log:
+        f"{RESULTS}/logs/prepare_data/dust.log",
+    conda:
+        CONDA_ENV
+    params:
+        spec=json.dumps(DIFFUSION["data"], sort_keys=True),
+        seed=config["seed"],
+    shell:
+        "accelstudy prepare-dust --spec {params.spec:q} --seed {params.seed} "
+        "--out {output.pairs:q} --card {output.card:q} > {log:q} 2>&1"
+
+
+rule diffusion:
+    input:
+        pairs=f"{RESULTS}/data/dust/pairs.npz",
+        card=f"{RESULTS}/data/dust/card.json",
+    output:
+        record=f"{RESULTS}/diffusion/devices-{{devices}}/repeat-{{repeat}}.json",
+        samples=f"{RESULTS}/diffusion/devices-{{devices}}/repeat-{{repeat}}.samples.npz",
+    log:
+        f"{RESULTS}/logs/diffusion/devices-{{devices}}-{{repeat}}.log",
+    conda:
+        CONDA_ENV
+    threads: diffusion_threads
+    resources:
+        gpu=device_cards("gpu"),
+        gaudi=device_cards("gaudi"),
+        nodes=device_nodes,
+        mem_mb=8000,
+        runtime=lambda wildcards, attempt: 120 * attempt,
+    params:
+        study=config["study"],
+        system=config["system"],
+        point=diffusion_point,
+    shell:
+        "accelstudy diffusion --study {params.study} --system {params.system} "
+        "--point {params.point:q} --data {input.pairs:q} --card {input.card:q} "
+        "--threads {threads} --out {output.record:q} --samples {output.samples:q} "
+        "> {log:q} 2>&1"
