@@ -164,34 +164,27 @@ def test_second_invocation_has_nothing_to_do(study):
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
-def test_editing_one_knob_reruns_only_what_it_affects(study):
+KNOBS = [  # (config changes, the jobs they re-run besides report and all)
+    ({"tasks.hellaswag.limit": 13}, {"baseline": 2}),
+    ({"ptq.calibration_limit": {"wikitext": 4}, "tasks.boolq.limit": 11}, {"baseline": 1}),
+    ({"ptq.bit_lists": [[16, 8, 4], [8, 2]]}, {"cluster": 1, "quantize": 2}),
+    ({"diffusion.quality.sampling_steps": 4}, {"diffusion": 2}),
+    ({"diffusion.data.patches": 20}, {"prepare_dust": 1, "diffusion": 2}),
+    ({"ptq.sparsity": 0.5},
+     {"sensitivity": 2, "gather_sensitivity": 1, "cluster": 2, "quantize": 4}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("changes", "jobs"), KNOBS)
+def test_editing_one_knob_reruns_only_what_it_affects(study, changes, jobs):
     config = json.loads(json.dumps(TINY_CONFIG))
-    config["tasks"]["hellaswag"]["limit"] = 13
-    assert planned_jobs(snakemake(study, "-n", config=config)) == {
-        "baseline": 2, "report": 1, "all": 1,
-    }  # fmt: skip
-    config = json.loads(json.dumps(TINY_CONFIG))
-    config["ptq"]["calibration_limit"] = {"wikitext": 4}
-    config["tasks"]["boolq"]["limit"] = 11
-    assert planned_jobs(snakemake(study, "-n", config=config)) == {
-        "baseline": 1, "report": 1, "all": 1,
-    }  # fmt: skip
-    config = json.loads(json.dumps(TINY_CONFIG))
-    config["ptq"]["bit_lists"] = [[16, 8, 4], [8, 2]]
-    assert planned_jobs(snakemake(study, "-n", config=config)) == {
-        "cluster": 1, "quantize": 2, "report": 1, "all": 1,
-    }  # fmt: skip
-    config = json.loads(json.dumps(TINY_CONFIG))
-    config["diffusion"]["quality"]["sampling_steps"] = 4
-    assert planned_jobs(snakemake(study, "-n", config=config)) == {
-        "diffusion": 2, "report": 1, "all": 1,
-    }  # fmt: skip
-    config = json.loads(json.dumps(TINY_CONFIG))
-    config["ptq"]["sparsity"] = 0.5
-    assert planned_jobs(snakemake(study, "-n", config=config)) == {
-        "sensitivity": 2, "gather_sensitivity": 1, "cluster": 2, "quantize": 4,
-        "report": 1, "all": 1,
-    }  # fmt: skip
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        node = config
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    assert planned_jobs(snakemake(study, "-n", config=config)) == {**jobs, "report": 1, "all": 1}
 
 
 def test_diffusion_points_share_the_fixed_work(study):
