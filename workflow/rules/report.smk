@@ -89,3 +89,27 @@ rule report:
         "--sensitivity {input.sensitivity:q} --assignments {input.assignments:q} "
         "--calibration {params.calibration:q} --bit-lists {params.bit_lists:q} "
         "--results-dir {params.results:q} > {log:q} 2>&1"
+
+
+# `snakemake compare`: one report across systems from the runs listed under compare.runs
+# (their record files are the inputs: a run that gains records is compared again).
+rule compare:
+    input:
+        compare_inputs(),
+    output:
+        f"{config['compare']['out']}/index.html",
+    log:
+        f"{config['compare']['out']}/compare.log",
+    conda:
+        CONDA_ENV
+    params:
+        runs=config["compare"]["runs"],
+        reference=(
+            f"--reference {config['compare']['reference']}"
+            if config["compare"]["reference"]
+            else ""
+        ),
+        out=lambda wildcards, output: os.path.dirname(output[0]),
+    shell:
+        "accelstudy compare {params.runs:q} --out {params.out:q} {params.reference} "
+        "> {log:q} 2>&1"

@@ -1,24 +1,18 @@
-"""Instruction/output data for fine-tuning, prepared as the authors' script prepares it.
-
-The authors trained with optimum-habana's `examples/language-modeling/run_lora_clm.py`
-(`--train_file`, `--dataset_concatenation`, `--max_seq_length 512`). This module follows
-that script: its Alpaca-style `PROMPT_DICT` (copied below as data, unchanged), the prompt
-plus the output as one text, EOS appended when it fits, labels equal to the inputs
-(`train_on_inputs` is True there by default), then every column concatenated and cut into
-`max_seq_length` blocks, the remainder dropped.
-"""
+"""Instruction/output data for fine-tuning, prepared as the authors' script, optimum-habana's
+run_lora_clm.py (`--dataset_concatenation`, `--max_seq_length 512`), prepares it: its
+`PROMPT_DICT` (copied unchanged), prompt plus output as one text, EOS appended when it fits,
+labels equal to the inputs (`train_on_inputs` defaults to True there), all concatenated and
+cut into `max_seq_length` blocks, the remainder dropped."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from accelstudy.data.sources import DataSourceError, _read_local
-from accelstudy.records import atomic_open
+from accelstudy.data.sources import DataSourceError, _read_local, read_hub, write_jsonl
 
 # optimum-habana, examples/language-modeling/run_lora_clm.py: PROMPT_DICT
 PROMPT_DICT = {
@@ -44,13 +38,10 @@ def standin_examples() -> list[dict[str, str]]:
     from accelstudy.data.standin import corpus_paragraphs
 
     return [
-        {
-            "instruction": f"Explain the Python documentation topic '{title}'.",
-            "input": "",
-            "output": paragraph,
-        }
+        {"instruction": f"Explain the Python documentation topic '{title}'.", "input": "",
+         "output": paragraph}
         for title, paragraph in corpus_paragraphs("train")
-    ]
+    ]  # fmt: skip
 
 
 def _rename(rows: list[dict[str, Any]], columns: dict[str, str | None], origin: str) -> list:
@@ -66,13 +57,11 @@ def _rename(rows: list[dict[str, Any]], columns: dict[str, str | None], origin: 
             )
     source_input = wanted["input"] if wanted["input"] in rows[0] else None
     return [
-        {
-            "instruction": str(row[wanted["instruction"]] or ""),
-            "input": str(row[source_input] or "") if source_input else "",
-            "output": str(row[wanted["output"]] or ""),
-        }
+        {"instruction": str(row[wanted["instruction"]] or ""),
+         "input": str(row[source_input] or "") if source_input else "",
+         "output": str(row[wanted["output"]] or "")}
         for row in rows
-    ]
+    ]  # fmt: skip
 
 
 def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[dict[str, str]]:
@@ -85,13 +74,7 @@ def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[di
         path = (base_dir or Path.cwd()) / spec["file"]
         rows, origin = _read_local(path), f"data file '{spec['file']}'"
     elif source == "hf":
-        from datasets import load_dataset
-
-        data = load_dataset(
-            spec["dataset"], spec.get("name"), split=spec.get("split", "train"),
-            revision=spec.get("revision"),
-        )  # fmt: skip
-        rows, origin = [dict(row) for row in data], f"dataset '{spec['dataset']}'"
+        rows, origin = read_hub(spec, spec.get("split", "train")), f"dataset '{spec['dataset']}'"
     else:
         raise DataSourceError(f"config key 'data.source': unknown source '{source}'")
     return _rename(rows, spec.get("columns") or {}, origin)
@@ -100,11 +83,7 @@ def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[di
 def prepare_instructions(spec: dict[str, Any], out: str | Path) -> int:
     """Load the examples once (Hub, file or stand-in) and cache them as JSON Lines with
     instruction/input/output columns, so the training ranks never touch the network."""
-    rows = load_examples(spec)
-    with atomic_open(out) as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return len(rows)
+    return write_jsonl(load_examples(spec), out)
 
 
 def prompt_text(example: dict[str, str]) -> str:
@@ -127,11 +106,9 @@ def _encoded(
 
 
 def concatenated_blocks(
-    examples: list[dict[str, str]],
-    tokenizer: PreTrainedTokenizerBase,
-    max_seq_length: int,
+    examples: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
     limit: int | None = None,
-) -> dict[str, list[list[int]]]:
+) -> dict[str, list[list[int]]]:  # fmt: skip
     """`--dataset_concatenation`: all token ids end to end, cut into full blocks; the first
     `limit` blocks (as `--max_train_samples` selects) are all that is tokenised."""
     stream: list[int] = []
@@ -146,8 +123,5 @@ def concatenated_blocks(
             f"the data holds fewer than {max_seq_length} tokens: not one training block"
         )
     blocks = [stream[i * max_seq_length : (i + 1) * max_seq_length] for i in range(count)]
-    return {
-        "input_ids": blocks,
-        "attention_mask": [[1] * max_seq_length for _ in blocks],
-        "labels": [list(block) for block in blocks],
-    }
+    masks, labels = [[1] * max_seq_length for _ in blocks], [list(block) for block in blocks]
+    return {"input_ids": blocks, "attention_mask": masks, "labels": labels}

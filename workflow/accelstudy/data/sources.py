@@ -1,8 +1,7 @@
 """One split of a task, from the Hugging Face Hub, a local file, or the offline stand-in.
 
-Prepared splits are cached as JSON Lines under results/ so evaluation jobs never touch
-the network; a file without the task's columns fails at the job's start, naming them.
-"""
+Prepared splits are cached as JSON Lines under results/ so evaluation jobs never touch the
+network; a file without the task's columns fails at the job's start, naming them."""
 
 from __future__ import annotations
 
@@ -49,10 +48,13 @@ def _read_local(path: Path) -> list[dict[str, Any]]:
     return json.loads(frame.to_json(orient="records"))
 
 
-def _read_hub(dataset: str, name: str | None, split: str, revision: str | None) -> list[dict]:
+def read_hub(spec: dict[str, Any], split: str) -> list[dict]:
+    """A split of the Hub dataset a config entry names (dataset, name, revision)."""
     from datasets import load_dataset
 
-    data = load_dataset(dataset, name, split=split, revision=revision)
+    data = load_dataset(
+        spec["dataset"], spec.get("name"), split=split, revision=spec.get("revision")
+    )
     return [dict(row) for row in data]
 
 
@@ -94,7 +96,7 @@ def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | Non
         path = (base_dir or Path.cwd()) / files[split]
         rows, origin = _read_local(path), f"data file '{files[split]}'"
     elif source == "hf":
-        rows = _read_hub(spec["dataset"], spec.get("name"), split, spec.get("revision"))
+        rows = read_hub(spec, split)
         origin = f"dataset '{spec['dataset']}' split '{split}'"
     else:
         raise DataSourceError(f"config key 'tasks.{task}.source': unknown source '{source}'")
@@ -102,13 +104,17 @@ def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | Non
     return normalise_values(task, rows, origin)
 
 
-def prepare_split(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:
-    """Load one split and cache it as JSON Lines at `out` (atomically); return the row count."""
-    rows = load_split(task, spec, split)
+def write_jsonl(rows: list[dict[str, Any]], out: str | Path) -> int:
+    """Cache rows as JSON Lines at `out` (atomically); return the row count."""
     with atomic_open(out) as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     return len(rows)
+
+
+def prepare_split(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:
+    """Load one split and cache it as JSON Lines at `out`; return the row count."""
+    return write_jsonl(load_split(task, spec, split), out)
 
 
 def read_prepared(path: str | Path) -> list[dict[str, Any]]:

@@ -1,9 +1,7 @@
-"""Offline stand-ins built from real English text that every CPython ships: the
-documentation topics in `pydoc_data.topics`.
-
-They let the default study run with no network. Each has the schema of the task it stands
-in for, so the same evaluators run on them; records and the report label them "stand-in".
-"""
+"""Offline stand-ins built from real English text that every CPython ships: the documentation
+topics in `pydoc_data.topics`, so the default study runs with no network. Each has the schema
+of the task it stands in for, so the same evaluators run on it; records and the report label
+them "stand-in"."""
 
 from __future__ import annotations
 
@@ -28,16 +26,10 @@ def topic_split(index: int) -> str:
     return {0: "test", 1: "test", 2: "validation"}.get(index % 10, "train")
 
 
-def _title(text: str) -> str:
-    return text.strip().splitlines()[0].strip()
-
-
 def _is_prose(paragraph: str) -> bool:
-    lines = paragraph.splitlines()
-    if any(line.startswith((" ", "\t")) for line in lines):
+    if any(line.startswith((" ", "\t")) for line in paragraph.splitlines()):
         return False  # indented blocks are code or grammar
-    words = paragraph.split()
-    return len(words) >= 8 and paragraph.rstrip().endswith((".", ":", "?", "!"))
+    return len(paragraph.split()) >= 8 and paragraph.rstrip().endswith((".", ":", "?", "!"))
 
 
 @cache
@@ -47,7 +39,7 @@ def _unique_paragraphs() -> tuple[tuple[str, str, str], ...]:
     seen: set[str] = set()
     out = []
     for index, (_, text) in enumerate(_topics()):
-        title = _title(text)
+        title = text.strip().splitlines()[0].strip()
         for block in re.split(r"\n\s*\n", text):
             if set(block.strip()) <= {"*", "-", "="} or not _is_prose(block):
                 continue
@@ -78,15 +70,11 @@ def wikitext_rows(split: str) -> list[dict[str, str]]:
     return rows
 
 
-def _sentences(paragraph: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(paragraph) if s.strip()]
-
-
 def hellaswag_rows(split: str) -> list[dict]:
     """4-way sentence completion: the true next-sentence ending vs. endings of other topics."""
     stems = []
     for title, paragraph in corpus_paragraphs(split):
-        sentences = _sentences(paragraph)
+        sentences = [s.strip() for s in _SENTENCE_END.split(paragraph) if s.strip()]
         for index in range(1, len(sentences)):
             words = sentences[index].split()
             # ctx_a: up to three preceding sentences (at most ~80 words), like HellaSwag's
@@ -106,20 +94,11 @@ def hellaswag_rows(split: str) -> list[dict]:
             continue
         label = rng.randrange(4)
         endings = [*others[:label], ending, *others[label:]]
-        rows.append(
-            {
-                "ind": index,
-                "activity_label": title,
-                "ctx_a": ctx_a,
-                "ctx_b": ctx_b,
-                "ctx": f"{ctx_a} {ctx_b}",
-                "endings": endings,
-                "source_id": f"pydoc~{title}",
-                "split": split,
-                "split_type": "indomain",
-                "label": str(label),
-            }
-        )
+        rows.append({
+            "ind": index, "activity_label": title, "ctx_a": ctx_a, "ctx_b": ctx_b,
+            "ctx": f"{ctx_a} {ctx_b}", "endings": endings, "source_id": f"pydoc~{title}",
+            "split": split, "split_type": "indomain", "label": str(label),
+        })  # fmt: skip
     return rows
 
 
@@ -132,13 +111,8 @@ def boolq_rows(split: str) -> list[dict]:
     for index, (title, passage) in enumerate(paragraphs):
         answer = index % 2 == 0
         subject = title if answer else rng.choice([t for t in titles if t != title])
-        rows.append(
-            {
-                "question": f"is this passage from the python documentation of {subject.lower()}",
-                "answer": answer,
-                "passage": passage,
-            }
-        )
+        question = f"is this passage from the python documentation of {subject.lower()}"
+        rows.append({"question": question, "answer": answer, "passage": passage})
     return rows
 
 

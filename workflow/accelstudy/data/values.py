@@ -1,9 +1,8 @@
 """Each task's values checked and normalised when a split is prepared, before any evaluation.
 
 A bad value (a HellaSwag label that indexes no ending, a BoolQ answer of "maybe") would
-otherwise become a quiet wrong number; here it stops `prepare_data` with one line naming
-the file, the row, the column and the value.
-"""
+otherwise become a quiet wrong number; here it stops `prepare_data` with one line naming the
+file, the row, the column and the value."""
 
 from __future__ import annotations
 
@@ -41,10 +40,8 @@ def _text(row: dict, column: str, allow_empty: bool = False) -> str:
 
 def _endings(row: dict) -> list[str]:
     value = row["endings"]
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(e, str) and e.strip() for e in value)
+    if not (
+        isinstance(value, list) and value and all(isinstance(e, str) and e.strip() for e in value)
     ):
         raise BadValue("endings", value, "is not a list of non-empty strings")
     return value

@@ -65,7 +65,7 @@ def training_loss(unet, table: torch.Tensor, hr: torch.Tensor, condition: torch.
     gamma = gamma.to(hr.device, torch.float32)
     noise = torch.randn(hr.shape, generator=generator).to(hr.device, hr.dtype)
     g = gamma.view(-1, 1, 1, 1)
-    noisy = g * hr + (1 - g**2).sqrt() * noise
+    noisy = (g * hr + (1 - g**2).sqrt() * noise).to(hr.dtype)
     predicted = unet(torch.cat([condition, noisy], dim=1), gamma).sample
     return F.l1_loss(predicted, noise, reduction="sum")
 

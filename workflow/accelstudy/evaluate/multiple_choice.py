@@ -17,7 +17,7 @@ from accelstudy.evaluate.scoring import (
     score_separately,
     score_shared_context,
     score_shared_contexts,
-)
+)  # fmt: skip
 from accelstudy.evaluate.tokens import encode_pair
 
 
@@ -31,21 +31,14 @@ class ItemResult:
     prediction_norm: int | None
 
 
-def tokenize_request(
-    tokenizer: PreTrainedTokenizerBase,
-    request: ChoiceRequest,
-    protocol: ChoiceProtocol,
-    max_length: int,
-) -> tuple[list[int], list[list[int]]]:
+def tokenize_request(tokenizer: PreTrainedTokenizerBase, request: ChoiceRequest,
+                     protocol: ChoiceProtocol, max_length: int) -> Item:  # fmt: skip
     """Context tokens and each continuation's tokens (lm-eval's split of the whole string).
-
-    Under right truncation (the authors' scripts) each scored text keeps its first
-    `max_length` tokens: a continuation may lose tokens or all of them (then it scores
-    -inf). lm-eval's left truncation happens at scoring time (`score_items`).
-    """
-    pairs = [
-        encode_pair(tokenizer, request.context, c, protocol.name) for c in request.continuations
-    ]
+    Right truncation (the authors' scripts) keeps each scored text's first `max_length` tokens,
+    so a continuation may lose all of them (it then scores -inf); lm-eval's left truncation
+    happens at scoring time (`score_items`)."""
+    pairs = [encode_pair(tokenizer, request.context, c, protocol.name)
+             for c in request.continuations]  # fmt: skip
     context, continuations = pairs[0][0], [cont for _, cont in pairs]
     if protocol.truncation == "right":
         room = max(max_length - len(context), 0)
@@ -56,13 +49,8 @@ def tokenize_request(
 ITEMS_PER_BATCH = 8
 
 
-def _fits(context: list[int], continuations: list[list[int]], max_length: int) -> bool:
-    return all(len(context) + len(c) - 1 <= max_length for c in continuations)
-
-
-def _score_truncated(
-    model: torch.nn.Module, context: list[int], continuations: list[list[int]], max_length: int
-) -> list[Score]:
+def _score_truncated(model: torch.nn.Module, context: list[int], continuations: list[list[int]],
+                     max_length: int) -> list[Score]:  # fmt: skip
     """As lm-eval truncates: each continuation keeps the last `max_length + 1` tokens of its
     own (context + continuation), so the contexts differ and are scored one by one."""
     scores = []
@@ -72,24 +60,15 @@ def _score_truncated(
     return scores
 
 
-def score_items(
-    model: torch.nn.Module,
-    tokenized: list[Item],
-    max_length: int,
-    shared_context: bool = True,
-    desc: str = "items",
-) -> list[list[Score]]:
-    """Scores of every item, in order.
-
-    Items that fit go through shared-context scoring in batches of similar context length;
-    the rare item longer than `max_length` is truncated per continuation.
-    """
+def score_items(model: torch.nn.Module, tokenized: list[Item], max_length: int,
+                shared_context: bool = True, desc: str = "items") -> list[list[Score]]:  # fmt: skip
+    """Scores of every item, in order: those that fit by shared-context scoring in batches of
+    similar context length, the rare one longer than `max_length` truncated per continuation."""
     scores: list[list[Score] | None] = [None] * len(tokenized)
-    fitting = sorted(
-        (i for i, item in enumerate(tokenized) if _fits(*item, max_length)),
-        key=lambda i: len(tokenized[i][0]),
-    )
-    for i in set(range(len(tokenized))) - set(fitting):
+    fits = [all(len(context) + len(c) - 1 <= max_length for c in conts)
+            for context, conts in tokenized]  # fmt: skip
+    fitting = sorted([i for i, ok in enumerate(fits) if ok], key=lambda i: len(tokenized[i][0]))
+    for i in (j for j, ok in enumerate(fits) if not ok):
         scores[i] = _score_truncated(model, *tokenized[i], max_length)
     # Several items per batch pays when every continuation is one token (BoolQ: no second
     # pass). With endings of varied length, padding them to the longest in a many-item batch
@@ -133,15 +112,9 @@ def decide(request: ChoiceRequest, scores: list[Score], protocol: ChoiceProtocol
 
 
 def evaluate_multiple_choice(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    task: str,
-    protocol: str,
-    rows: list[dict],
-    meter: Meter,
-    max_length: int,
-    shared_context: bool = True,
-) -> tuple[dict[str, float], list[dict]]:
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: str, protocol: str,
+    rows: list[dict], meter: Meter, max_length: int, shared_context: bool = True,
+) -> tuple[dict[str, float], list[dict]]:  # fmt: skip
     """Accuracy over `rows`; also acc_norm (character-normalised) under lm-eval's protocol."""
     spec = CHOICE_PROTOCOLS[(task, protocol)]
     requests = [spec.build(row) for row in rows]
@@ -149,10 +122,7 @@ def evaluate_multiple_choice(
     scores = score_items(model, tokenized, max_length, shared_context, f"{task}/{protocol}")
     for context, continuations in tokenized:
         meter.add(len(context) + sum(max(len(c) - 1, 0) for c in continuations))
-    items = [
-        decide(request, item_scores, spec)
-        for request, item_scores in zip(requests, scores, strict=True)
-    ]
+    items = [decide(r, item_scores, spec) for r, item_scores in zip(requests, scores, strict=True)]
     gold = np.array([i.gold for i in items])
     acc = float(np.mean(np.array([i.prediction for i in items]) == gold))
     metrics = {"items": len(items), "acc": acc}

@@ -41,11 +41,8 @@ def paper_blocks(
 
 
 def shifted_cross_entropy(logits: torch.Tensor, batch: torch.Tensor) -> tuple[float, int]:
-    """Summed next-token cross-entropy of (B, T, V) logits and the number of targets.
-
-    The last position of each row gets an ignored target instead of slicing the logits,
-    which would copy the whole (B, T-1, V) tensor.
-    """
+    """Summed next-token cross-entropy of (B, T, V) logits and the number of targets. The last
+    position gets an ignored target: slicing the logits would copy the whole (B, T-1, V)."""
     ignore = torch.full_like(batch[:, :1], -100)
     targets = torch.cat([batch[:, 1:], ignore], dim=1)
     loss = F.cross_entropy(
@@ -60,15 +57,9 @@ def block_loss(model: torch.nn.Module, batch: torch.Tensor) -> tuple[float, int]
     return shifted_cross_entropy(model(batch).logits, batch)
 
 
-def perplexity_paper(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    rows: list[dict],
-    meter: Meter,
-    block_size: int,
-    batch_size: int,
-    limit: int | None,
-) -> dict[str, float]:
+def perplexity_paper(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, rows: list[dict],
+                     meter: Meter, block_size: int, batch_size: int,
+                     limit: int | None) -> dict[str, float]:  # fmt: skip
     """exp(token-weighted mean cross-entropy over the shifted positions of all blocks)."""
     blocks = paper_blocks(tokenizer, rows, block_size, limit)
     device = next(model.parameters()).device
@@ -82,13 +73,10 @@ def perplexity_paper(
 
 
 def raw_lines(rows: list[dict]) -> list[str]:
-    """The lines of the raw file that HF's line-level WikiText rows came from.
-
-    HF's `wikitext` builder yields each raw line with its newline, except that a blank or
-    whitespace-only line becomes "". Every such line in the WikiText raw files is a single
-    space, so "" maps back to " ". The file ends with a newline, so splitting it on "\n"
-    (as the document-level builder does) ends with one empty string.
-    """
+    """The lines of the raw file HF's line-level WikiText rows came from: HF yields each line
+    with its newline, but a blank one (in the raw files always a single space) as "". The file
+    ends with a newline, so splitting it on "\n" (as the document-level builder does) ends
+    with one empty string."""
     return [row["text"].removesuffix("\n") if row["text"] else " " for row in rows] + [""]
 
 
@@ -127,14 +115,9 @@ def rolling_loglikelihood(
     return total
 
 
-def perplexity_lm_eval(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    rows: list[dict],
-    meter: Meter,
-    max_length: int,
-    limit: int | None,
-) -> dict[str, float]:
+def perplexity_lm_eval(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                       rows: list[dict], meter: Meter, max_length: int,
+                       limit: int | None) -> dict[str, float]:  # fmt: skip
     """lm-eval's `wikitext` task: each page scored after lm-eval's own detokenizer, words
     and bytes counted on the raw page by its own process_results, aggregated by its own
     weighted perplexity and bits per byte."""
@@ -149,10 +132,7 @@ def perplexity_lm_eval(
             results.setdefault(name, []).append(pair)
     word = weighted_perplexity(results["word_perplexity"])
     return {
-        "word_perplexity": word,
-        "byte_perplexity": weighted_perplexity(results["byte_perplexity"]),
-        "bits_per_byte": bits_per_byte(results["bits_per_byte"]),
-        "perplexity": word,
-        "documents": len(docs),
-        "target_tokens": n_tokens,
-    }
+        "word_perplexity": word, "byte_perplexity": weighted_perplexity(results["byte_perplexity"]),
+        "bits_per_byte": bits_per_byte(results["bits_per_byte"]), "perplexity": word,
+        "documents": len(docs), "target_tokens": n_tokens,
+    }  # fmt: skip

@@ -1,9 +1,7 @@
-"""Task templates: how a HellaSwag or BoolQ row becomes a context and its choices.
-
-Declared per (task, protocol), like lm-evaluation-harness tasks: data + template + metric.
-The paper's protocol and lm-eval's differ in text, tokenisation and normalisation; both are
-here by name so a record can say which one produced its number.
-"""
+"""Task templates: how a HellaSwag or BoolQ row becomes a context and its choices, declared
+per (task, protocol) like lm-evaluation-harness tasks. The paper's protocol and lm-eval's
+differ in text, tokenisation and normalisation; both are here by name so a record can say
+which one produced its number."""
 
 from __future__ import annotations
 
@@ -16,9 +14,7 @@ from accelstudy.data.values import boolq_answer
 
 def hellaswag_clean(text: str) -> str:
     """lm-eval's HellaSwag text cleaning (WikiHow bracket artefacts, double spaces)."""
-    text = text.strip()
-    text = text.replace(" [title]", ". ")
-    text = re.sub("\\[.*?\\]", "", text)
+    text = re.sub("\\[.*?\\]", "", text.strip().replace(" [title]", ". "))
     return text.replace("  ", " ")
 
 
@@ -36,29 +32,22 @@ class ChoiceRequest:
         return [self.delimiter + c for c in self.choices]
 
 
-def _hellaswag_ctx(row: dict) -> str:
-    return row["ctx_a"] + " " + row["ctx_b"].capitalize()
+def _hellaswag(context: str, row: dict) -> ChoiceRequest:
+    endings = [hellaswag_clean(e) for e in row["endings"]]
+    return ChoiceRequest(hellaswag_clean(context), endings, int(row["label"]))
 
 
 def hellaswag_paper(row: dict) -> ChoiceRequest:
     """The scripts' context: the raw `ctx` field, cleaned (ctx_b keeps its lower-case first
     letter), no activity label; ' ' + ending. A file without `ctx` gets ctx_a + ' ' + ctx_b,
     as the HF set builds `ctx`."""
-    ctx = row.get("ctx") or row["ctx_a"] + " " + row["ctx_b"]
-    return ChoiceRequest(
-        context=hellaswag_clean(ctx),
-        choices=[hellaswag_clean(e) for e in row["endings"]],
-        gold=int(row["label"]),
-    )
+    return _hellaswag(row.get("ctx") or row["ctx_a"] + " " + row["ctx_b"], row)
 
 
 def hellaswag_lm_eval(row: dict) -> ChoiceRequest:
     """lm-eval's `hellaswag`: activity label prefixed, then the cleaned ctx."""
-    return ChoiceRequest(
-        context=hellaswag_clean(row["activity_label"] + ": " + _hellaswag_ctx(row)),
-        choices=[hellaswag_clean(e) for e in row["endings"]],
-        gold=int(row["label"]),
-    )
+    context = row["ctx_a"] + " " + row["ctx_b"].capitalize()
+    return _hellaswag(row["activity_label"] + ": " + context, row)
 
 
 def boolq_paper(row: dict) -> ChoiceRequest:

@@ -16,38 +16,25 @@ PROTOCOLS = ("paper", "lm-eval")
 PRIMARY_METRIC = {"wikitext": "perplexity", "hellaswag": "accuracy", "boolq": "accuracy"}
 
 
-def evaluate_task(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    task: str,
-    protocol: str,
-    rows: list[dict],
-    settings: dict[str, Any],
-    device: Device,
-    limit: int | None = None,
-) -> tuple[dict[str, Any], list[dict]]:
+def evaluate_task(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: str,
+                  protocol: str, rows: list[dict], settings: dict[str, Any], device: Device,
+                  limit: int | None = None) -> tuple[dict[str, Any], list[dict]]:  # fmt: skip
     """Metrics (with tokens/s, wall time, peak memory) and per-item details."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; expected one of {PROTOCOLS}")
     details: list[dict] = []
     with Meter(device) as meter:
         if task == "wikitext" and protocol == "paper":
-            metrics = perplexity_paper(
-                model, tokenizer, rows, meter,
-                settings["block_size"], settings["batch_size"], limit,
-            )  # fmt: skip
+            size, batch = settings["block_size"], settings["batch_size"]
+            metrics = perplexity_paper(model, tokenizer, rows, meter, size, batch, limit)
         elif task == "wikitext":
-            metrics = perplexity_lm_eval(
-                model, tokenizer, rows, meter, settings["lm_eval_max_length"], limit
-            )
+            max_length = settings["lm_eval_max_length"]
+            metrics = perplexity_lm_eval(model, tokenizer, rows, meter, max_length, limit)
         else:
-            max_length = (
-                settings[f"{task}_max_length"]
-                if protocol == "paper"
-                else settings["lm_eval_max_length"]
-            )
+            key = f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"
+            items = rows[:limit] if limit else rows
             metrics, details = evaluate_multiple_choice(
-                model, tokenizer, task, protocol, rows[:limit] if limit else rows, meter, max_length
+                model, tokenizer, task, protocol, items, meter, settings[key]
             )
     metrics.update(meter.metrics())
     metrics["primary_metric"] = PRIMARY_METRIC[task]
@@ -55,10 +42,8 @@ def evaluate_task(
 
 
 def relevant_settings(task: str, protocol: str, evaluation: dict[str, Any]) -> dict[str, Any]:
-    """Only the evaluation keys that change this (task, protocol)'s number.
-
-    Rules pass these as params, so editing one knob re-runs only the evaluations it affects.
-    """
+    """Only the evaluation keys that change this (task, protocol)'s number: rules pass these as
+    params, so editing one knob re-runs only the evaluations it affects."""
     if task == "wikitext" and protocol == "paper":
         keys = ["block_size", "batch_size"]
     elif protocol == "lm-eval":

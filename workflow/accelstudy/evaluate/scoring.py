@@ -1,10 +1,8 @@
 """Log-likelihood of continuations given a context, the core of multiple-choice scoring.
 
-`score_shared_contexts` runs each context once (several items per batch) and scores every
-continuation from its KV cache; `score_separately` runs each (context + continuation) in
-full, one pass each, and `score_padded_batch` runs them in full as one padded batch. All
-return the same numbers; the first does a fraction of the work (bench/multiple_choice.py).
-"""
+`score_shared_contexts` runs each context once and scores every continuation from its KV
+cache; `score_separately` and `score_padded_batch` run each (context + continuation) in full.
+All return the same numbers; the first does a fraction of the work (bench/multiple_choice.py)."""
 
 from __future__ import annotations
 
@@ -42,9 +40,10 @@ def _cache_argument(model_class: type) -> str:
     return "cache" if "cache" in parameters else "past_key_values"
 
 
-def _pad(rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
+def pad_right(rows: list[list[int]], device: torch.device | None = None) -> torch.Tensor:
+    """Rows of token ids (or mask bits) right-padded with 0 to the longest, as one tensor."""
     width = max(len(r) for r in rows)
-    return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows], device=device)
 
 
 Item = tuple[list[int], list[list[int]]]  # (context tokens, each continuation's tokens)
@@ -53,21 +52,19 @@ Item = tuple[list[int], list[list[int]]]  # (context tokens, each continuation's
 @torch.inference_mode()
 def score_shared_contexts(model: torch.nn.Module, items: list[Item]) -> list[list[Score]]:
     """Score every item's continuations, each context run once, several items per batch.
-
-    1. The contexts run as one right-padded batch; the KV cache keeps every position and
-       only each context's last hidden state goes through the LM head.
-    2. Each item's cache rows are repeated once per continuation; all continuations (minus
-       their last token) run as one batch on top, with position ids continuing each
-       context and an attention mask that hides the other contexts' padding.
-    Continuation padding is on the right, so under the causal mask no real token sees it.
+    1. The contexts run as one right-padded batch; the KV cache keeps every position and only
+       each context's last hidden state goes through the LM head.
+    2. Each item's cache rows are repeated per continuation; the continuations (minus their last
+       token) run as one batch on top, position ids continuing each context, the attention mask
+       hiding the other contexts' padding. Their own padding is on the right: no token sees it.
     """
     device = next(model.parameters()).device
     contexts = [context for context, _ in items]
     lengths = torch.tensor([len(c) for c in contexts], device=device)
-    context_mask = _pad([[1] * len(c) for c in contexts], 0, device)
+    context_mask = pad_right([[1] * len(c) for c in contexts], device)
     argument = _cache_argument(type(model))
     out = model.get_decoder()(
-        _pad(contexts, 0, device), attention_mask=context_mask, use_cache=True
+        pad_right(contexts, device), attention_mask=context_mask, use_cache=True
     )
     last = out.last_hidden_state[torch.arange(len(items), device=device), lengths - 1]
     first = F.log_softmax(model.get_output_embeddings()(last).float(), dim=-1)
@@ -78,7 +75,7 @@ def score_shared_contexts(model: torch.nn.Module, items: list[Item]) -> list[lis
     if max(len(c) for c in continuations) > 1:
         kv = getattr(out, argument)
         kv.batch_select_indices(torch.tensor(owners, device=device))
-        inputs = _pad([c[:-1] for c in continuations], 0, device)
+        inputs = pad_right([c[:-1] for c in continuations], device)
         width = inputs.shape[1]
         mask = torch.cat([context_mask[owners], torch.ones_like(inputs)], dim=1)
         positions = lengths[owners][:, None] + torch.arange(width, device=device)[None]
@@ -119,7 +116,7 @@ def score_padded_batch(
     """Every (context + continuation) in full, as one right-padded batch."""
     device = next(model.parameters()).device
     sequences = [(context + c)[:-1] for c in continuations]
-    logits = model(_pad(sequences, 0, device)).logits
+    logits = model(pad_right(sequences, device)).logits
     logprobs = F.log_softmax(logits.float(), dim=-1)
     scores = []
     for i, cont in enumerate(continuations):

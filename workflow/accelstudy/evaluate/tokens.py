@@ -1,9 +1,6 @@
-"""Tokenisation as each protocol defines it.
-
-Both protocols encode with the tokenizer's default special tokens: the authors' scripts call
-`tokenizer(text)` (BOS for TinyLlama's Llama tokenizer, nothing for SmolLM2's), and
-lm-eval's HFLM does the same unless the text already starts with its prefix token.
-"""
+"""Tokenisation as each protocol defines it: both encode with the tokenizer's default special
+tokens, as the authors' scripts call `tokenizer(text)` (BOS for TinyLlama, nothing for
+SmolLM2) and lm-eval's HFLM does, unless the text already starts with its prefix token."""
 
 from __future__ import annotations
 
@@ -27,11 +24,8 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str, protocol: str = "paper
 def encode_pair(
     tokenizer: PreTrainedTokenizerBase, context: str, continuation: str, protocol: str = "paper"
 ) -> tuple[list[int], list[int]]:
-    """Split the tokens of context+continuation at the context's own token count.
-
-    As lm-eval does: trailing spaces move from the context to the continuation, the whole
-    string is encoded once, and the continuation is what follows the context's tokens.
-    """
+    """Split the tokens of context+continuation at the context's own token count, as lm-eval
+    does: trailing spaces move to the continuation, and the whole string is encoded once."""
     spaces = len(context) - len(context.rstrip())
     if spaces:
         continuation = context[-spaces:] + continuation

@@ -1,12 +1,9 @@
 """Predict a fine-tuning point's per-device peak memory from the model's config alone.
 
-The model is instantiated on the meta device (shapes, no weights), so the paper's 8B, 27B
-and 70B models are planned offline from resources/models/*/config.json. Model states
-(parameters, gradients, optimizer states) follow from the strategy and the card count:
-DDP replicates them, FSDP (full shard) and ZeRO-3 split them over the cards. Activations
-are counted from the model's shapes for one micro-batch; a stated framework overhead
-covers the runtime itself (allocator, kernels' workspaces, the Python process).
-"""
+The model is built on the meta device (shapes, no weights), so the paper's 8B, 27B and 70B
+models are planned offline from resources/models/*/config.json. Model states follow from the
+strategy and card count (DDP replicates them, FSDP and ZeRO-3 split them), activations from
+the shapes of one micro-batch; a stated overhead covers the runtime itself."""
 
 from __future__ import annotations
 
@@ -22,8 +19,8 @@ from accelstudy.paths import RESOURCES
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The process and framework beyond the tensors counted here, stated, not fitted per point.
-# cpu: RSS growth beyond the tensors counted here (allocator slack, thread pools, oneDNN's
-# reordered bf16 weights); cuda: context and cuBLAS workspaces; hpu: the graph runtime.
+# cpu: allocator slack, thread pools, oneDNN's reordered bf16 weights; cuda: context and
+# cuBLAS workspaces; hpu: the graph runtime.
 FRAMEWORK_OVERHEAD = {"cpu": 0.3e9, "cuda": 1.0e9, "hpu": 2.0e9}
 
 
@@ -105,16 +102,10 @@ def _layer_elements(model: torch.nn.Module) -> tuple[int, int]:
 
 def model_state_bytes(tensors: list[tuple[int, bool]], work: Workload) -> dict[str, int]:
     """What one rank holds, tensor by tensor, as the worker counts it (strategies.held_bytes).
-
-    Weights, adapters, gradients and AdamW's two moments take the run's dtype (the
-    adapters are cast to it, as the authors' script did), except under FSDP, whose mixed
-    precision keeps the trainable ones in FP32; AdamW adds a 4-byte step per trainable
-    tensor (DeepSpeed: one, for its one flat group). FSDP shards every tensor over the
-    cards. ZeRO-3 partitions every tensor (ceil(n / cards) elements each) but also keeps
-    whole, on every rank, the tensors under its persistence threshold; its optimizer works
-    on FP32 master partitions of the trainable weights (4 bytes, and 8 for the moments),
-    its gradients are partitioned.
-    """
+    Everything takes the run's dtype (adapters are cast to it, as the authors' script did)
+    except FSDP's trainable tensors, which its mixed precision keeps in FP32. FSDP shards every
+    tensor; ZeRO-3 partitions every tensor but keeps those under its persistence threshold
+    whole on every rank, and its optimizer works on FP32 master partitions (4 + 8 bytes)."""
     width, n = BYTES[work.dtype], work.cards
     # FSDP: accelerate's mixed precision upcasts the trainable weights to FP32 shards
     trained = 4 if work.strategy == "fsdp" else width
@@ -137,16 +128,13 @@ def model_state_bytes(tensors: list[tuple[int, bool]], work: Workload) -> dict[s
 
 
 def activation_bytes(config: PretrainedConfig, work: Workload) -> int:
-    """Tensors autograd keeps for the backward pass of one micro-batch, per card.
-
-    Per decoder layer and token (elements): both norms' inputs and outputs (4h), q, k, v
-    (h + 2kv), q and k after RoPE (h + kv), k and v repeated to every query head (2h), the
-    attention output and o_proj's input (2h), LoRA's dropped-out inputs (h per target), and
-    the MLP's gate, up, activation and product (4i); eager attention adds the (heads x seq
-    x seq) scores, their softmax in FP32 and its copy in the run's dtype. The logits are
-    kept in the run's dtype, in FP32 for the loss, as its log-softmax and as their
-    gradient. Sharding does not split activations.
-    """
+    """Tensors autograd keeps for the backward pass of one micro-batch, per card (sharding does
+    not split them). Per decoder layer and token: both norms' inputs and outputs (4h), q, k, v
+    (h + 2kv), q and k after RoPE (h + kv), k and v repeated per query head (2h), attention
+    output and o_proj's input (2h), LoRA's dropped-out inputs (h per target), the MLP's gate,
+    up, activation and product (4i); eager attention adds the (heads x seq x seq) scores, their
+    FP32 softmax and its copy. Logits: the run's dtype, then FP32 thrice (loss, log-softmax,
+    gradient)."""
     b, s = work.batch, work.seq_len
     h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads = config.num_attention_heads
@@ -170,11 +158,9 @@ def plan(config: PretrainedConfig, work: Workload) -> MemoryPlan:
     layer, rest = _layer_elements(model)
     sharded = work.strategy != "ddp" and work.cards > 1
     return MemoryPlan(
-        **states,
-        gathered=(rest + 2 * layer) * BYTES[work.dtype] if sharded else 0,
-        activations=activation_bytes(config, work),
-        overhead=int(FRAMEWORK_OVERHEAD[work.device]),
-    )
+        **states, gathered=(rest + 2 * layer) * BYTES[work.dtype] if sharded else 0,
+        activations=activation_bytes(config, work), overhead=int(FRAMEWORK_OVERHEAD[work.device]),
+    )  # fmt: skip
 
 
 def plan_point(model: str | Path, **workload: Any) -> MemoryPlan:

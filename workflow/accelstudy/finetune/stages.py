@@ -1,10 +1,8 @@
 """One sweep point as a pipeline stage: plan its memory, launch its ranks, write its record.
 
-A point the planner says cannot fit is recorded (`predicted-does-not-fit`) without
-launching it, when the config asks. A point whose ranks run out of memory is recorded
-(`does-not-fit`) and the job succeeds, so the sweep goes on. Any other failure fails the
-job and leaves no record, so the scheduler's retry starts the point afresh.
-"""
+A point predicted not to fit is recorded unlaunched (`predicted-does-not-fit`) when the config
+asks; one whose ranks run out of memory is recorded (`does-not-fit`) and the job succeeds, so
+the sweep goes on. Any other failure fails the job with no record: a retry starts afresh."""
 
 from __future__ import annotations
 

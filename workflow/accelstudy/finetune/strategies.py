@@ -1,16 +1,12 @@
 """DDP, ZeRO-3 and FSDP as the authors configured them, made real on CPU (gloo) as well.
 
-Through the Hugging Face Trainer alone, two strategies quietly degrade on a CPU:
-- FSDP: accelerate turns an FSDP plugin on for accelerator devices only; with `use_cpu`
-  the state is MULTI_CPU and the model is wrapped in DDP. `StrategyTrainer` puts the
-  plugin into accelerate's state, so accelerate shards the model.
-- ZeRO-3: with `use_cpu` the Trainer drops the DeepSpeed request; without it, on a
-  machine without accelerators, accelerate starts no process group (and bf16 is refused).
-  `prepare_state` creates accelerate's DeepSpeed state on gloo first; the arguments keep
-  `use_cpu` and reuse that state. The model is loaded after the arguments exist, so
-  `from_pretrained` partitions it as it loads (zero.Init).
-On Gaudi the same recipe goes to optimum-habana's GaudiTrainer (the gaudi_* functions), as
-the authors' run_lora_clm.py runs took it.
+Through the Hugging Face Trainer alone, two strategies quietly degrade on a CPU. FSDP:
+accelerate enables its plugin on accelerators only (on CPU it wraps the model in DDP), so
+`StrategyTrainer` puts the plugin into accelerate's state. ZeRO-3: with `use_cpu` the Trainer
+drops DeepSpeed, and without it accelerate starts no process group (and refuses bf16), so
+`prepare_state` creates accelerate's DeepSpeed state on gloo first, for the arguments to reuse;
+the model loads after them, so `from_pretrained` partitions it as it loads (zero.Init).
+On Gaudi the recipe goes to optimum-habana's GaudiTrainer (gaudi_*), as the authors' runs did.
 """
 
 from __future__ import annotations
@@ -53,50 +49,36 @@ def extensions_dir() -> Path:
 
 def process_env(local_processes: int) -> dict[str, str]:
     """Environment of each rank: the launcher exports it, and a rank applies it to itself."""
-    return {
-        "OMP_NUM_THREADS": str(cpu_threads(local_processes)),
-        "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
-    }
+    threads = str(cpu_threads(local_processes))
+    return {"OMP_NUM_THREADS": threads, "TORCH_EXTENSIONS_DIR": str(extensions_dir())}
 
 
 def deepspeed_config(point: dict[str, Any]) -> dict[str, Any]:
-    """The authors' ZeRO stage-3 settings; batch sizes are filled in by the Trainer.
-
-    DeepSpeed keeps parameters under `stage3_param_persistence_threshold` (1e5 elements by
-    default, which the authors kept) whole on every rank; a point may set it
-    (`zero3_persistence_threshold`), e.g. 0 to shard a tiny model's parameters too.
-    """
-    zero: dict[str, Any] = {
-        "stage": 3,
-        "overlap_comm": False,
-        "contiguous_gradients": False,
-        "stage3_gather_16bit_weights_on_model_save": True,
-    }
+    """The authors' ZeRO stage-3 settings; the Trainer fills in the batch sizes. DeepSpeed keeps
+    parameters under the persistence threshold (1e5 elements, as the authors left it) whole on
+    every rank; a point may set `zero3_persistence_threshold`, e.g. 0 to shard a tiny model."""
+    zero: dict[str, Any] = {"stage": 3, "overlap_comm": False, "contiguous_gradients": False,
+                            "stage3_gather_16bit_weights_on_model_save": True}  # fmt: skip
     if point.get("zero3_persistence_threshold") is not None:
         zero["stage3_param_persistence_threshold"] = point["zero3_persistence_threshold"]
     return {
-        "zero_optimization": zero,
-        "bf16": {"enabled": point["dtype"] == "bfloat16"},
-        "gradient_clipping": point["max_grad_norm"],
-        "train_micro_batch_size_per_gpu": "auto",
-        "gradient_accumulation_steps": "auto",
-        "train_batch_size": "auto",
-    }
+        "zero_optimization": zero, "bf16": {"enabled": point["dtype"] == "bfloat16"},
+        "gradient_clipping": point["max_grad_norm"], "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
+    }  # fmt: skip
 
 
 def fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
-    """The authors' FSDP in FSDP2 terms: decoder-layer auto wrap (peft's policy adds each
-    LoRA layer, as their script did), FULL_SHARD = reshard after forward, no offload.
-    FSDP2 always keeps the original parameters (as use_orig_params) and prefetches the
-    next all-gather in backward (as BACKWARD_PRE). FSDP1, which transformers deprecates,
-    fails on one process with tied embeddings (SmolLM2) when it falls back to NO_SHARD."""
+    """The authors' FSDP in FSDP2 terms: decoder-layer auto wrap (peft's policy adds each LoRA
+    layer, as their script did), FULL_SHARD = reshard after forward, no offload; FSDP2 always
+    keeps the original parameters and prefetches the next all-gather in backward (their
+    use_orig_params, BACKWARD_PRE). FSDP1, which transformers deprecates, fails on one process
+    with tied embeddings (SmolLM2) when it falls back to NO_SHARD."""
     return {
-        "version": 2,
-        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "transformer_layer_cls_to_wrap": layer_classes,
-        "reshard_after_forward": True,
+        "version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "transformer_layer_cls_to_wrap": layer_classes, "reshard_after_forward": True,
         "cpu_offload": False,
-    }
+    }  # fmt: skip
 
 
 def prepare_state(strategy: str, device_kind: str) -> None:
@@ -120,26 +102,17 @@ def recipe_arguments(point: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     saved either, unless the point asks for checkpoints to resume from (`checkpoint_steps`):
     the newest is kept, the older removed only once the newer is complete."""
     kwargs: dict[str, Any] = {
-        "output_dir": str(output_dir),
-        "max_steps": point["max_steps"],
+        "output_dir": str(output_dir), "max_steps": point["max_steps"],
         "per_device_train_batch_size": point["per_device_batch"],
-        "gradient_accumulation_steps": point["grad_accum"],
-        "learning_rate": point["learning_rate"],
-        "lr_scheduler_type": "constant",
-        "max_grad_norm": point["max_grad_norm"],
-        "optim": "adamw_torch",
-        "bf16": point["dtype"] == "bfloat16",
-        "save_strategy": "no",
-        "eval_strategy": "no",
-        "report_to": "none",
-        "logging_steps": 1,
-        "seed": point.get("seed", 42),
-        "disable_tqdm": True,
-    }
+        "gradient_accumulation_steps": point["grad_accum"], "learning_rate": point["learning_rate"],
+        "lr_scheduler_type": "constant", "max_grad_norm": point["max_grad_norm"],
+        "optim": "adamw_torch", "bf16": point["dtype"] == "bfloat16", "save_strategy": "no",
+        "eval_strategy": "no", "report_to": "none", "logging_steps": 1,
+        "seed": point.get("seed", 42), "disable_tqdm": True,
+    }  # fmt: skip
     if point.get("checkpoint_steps"):
-        kwargs.update(
-            save_strategy="steps", save_steps=point["checkpoint_steps"], save_total_limit=1
-        )
+        kwargs.update(save_strategy="steps", save_steps=point["checkpoint_steps"],
+                      save_total_limit=1)  # fmt: skip
     return kwargs
 
 
@@ -266,17 +239,11 @@ def _bytes(tensor: torch.Tensor | None) -> int:
 
 
 def held_bytes(model: torch.nn.Module, optimizer: Any) -> dict[str, int]:
-    """Bytes of the model states this rank holds, counted from its own tensors, at a
-    moment when gradients exist (after the optimizer step, before they are zeroed).
-
-    DDP: every parameter, gradient and optimizer state. FSDP2: the local shard of each
-    parameter (DTensor), of its gradient and of its optimizer states. ZeRO-3: each
-    parameter's partition (`ds_tensor`) plus the whole tensor where DeepSpeed keeps one
-    gathered (`params_whole_copies`: parameters under the persistence threshold), the fp32
-    master partitions of the trainable parameters (unless they are the parameter partitions
-    themselves, as in fp32 training), the flat gradient-partition buffer, and the
-    optimizer's states (of the fp32 partitions).
-    """
+    """Bytes of the model states this rank holds, from its own tensors, while gradients exist
+    (after the optimizer step). DDP: everything; FSDP2: each tensor's local shard. ZeRO-3: each
+    parameter's partition (`ds_tensor`) plus any whole copy DeepSpeed keeps (under the
+    persistence threshold), the fp32 masters (unless they are the partitions themselves, as in
+    fp32 training), the flat gradient-partition buffer and the optimizer's states."""
     counts = dict.fromkeys(STATE_KEYS, 0)
     for param in model.parameters():
         kind = "params_trainable" if param.requires_grad else "params_frozen"

@@ -1,13 +1,11 @@
-"""The fine-tuning sweep: config -> points, each one Snakemake job, and its checks.
-
-A point is (model, strategy, attention, cards, repeat). Cards beyond one node take
-several nodes; on the `cpu` system a card is a process, as many as the machine has cores.
-Every check here runs before any job, and its error is one line naming the key and the fix.
-"""
+"""The fine-tuning sweep: config -> points (model, strategy, attention, cards, repeat), each one
+Snakemake job, and its checks, which run before any job, each error one line naming the key
+and the fix. Cards beyond one node take several; on the `cpu` system a card is a process."""
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import os
 from collections.abc import Iterator, Mapping
@@ -38,12 +36,9 @@ def nodes_for(cards: int, system: Mapping[str, Any]) -> int:
 
 def points(config: Mapping[str, Any]) -> Iterator[Point]:
     sweep = config["finetune"]
-    for model in sweep.get("models") or sorted(config["models"]):
-        for strategy in sweep["strategies"]:
-            for attention in sweep["attention"]:
-                for cards in sweep["cards"]:
-                    for repeat in range(sweep["repeats"]):
-                        yield Point(model, strategy, attention, cards, repeat)
+    models = sweep.get("models") or sorted(config["models"])
+    axes = sweep["strategies"], sweep["attention"], sweep["cards"], range(sweep["repeats"])
+    return itertools.starmap(Point, itertools.product(models, *axes))
 
 
 def check_cards(key: str, counts: list[int], system: Mapping[str, Any]) -> None:
@@ -81,11 +76,8 @@ def check_sweep(config: Mapping[str, Any], system: Mapping[str, Any]) -> None:
             )
     check_cards("finetune.cards", sweep["cards"], system)
     check_dtype("finetune.dtype", sweep["dtype"], system)
-    if (
-        "zero3" in sweep["strategies"]
-        and sweep["on_unsupported"] == "error"
-        and importlib.util.find_spec("deepspeed") is None
-    ):
+    zero3 = "zero3" in sweep["strategies"] and sweep["on_unsupported"] == "error"
+    if zero3 and importlib.util.find_spec("deepspeed") is None:
         raise SweepError(
             "config key 'finetune.strategies': zero3 needs DeepSpeed, which is not installed "
             "here; pip install the project's pinned deepspeed, drop zero3, or set "

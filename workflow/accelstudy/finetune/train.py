@@ -1,11 +1,9 @@
 """One fine-tuning point on this rank: `python -m accelstudy.finetune.train --point JSON
 --model-dir DIR --out RESULT.json`, under torchrun or alone (then as a 1-process group).
 
-Results, out-of-memory and failures as every worker's (accelstudy.ranks): a retry starts
-the point afresh, or, where the point keeps
-checkpoints (`checkpoint_steps`, beside the result), from the newest one; such a result says
-so and its speed is not a clean measurement.
-"""
+Results, out-of-memory and failures as every worker's (accelstudy.ranks): a retry starts the
+point afresh, or from the newest checkpoint where the point keeps them (`checkpoint_steps`,
+beside the result); such a result says so, and its speed is not a clean measurement."""
 
 from __future__ import annotations
 
@@ -169,17 +167,13 @@ def run_point(point: dict[str, Any], model_dir: Path, out: Path) -> dict[str, An
     peak = device.peak_memory_bytes()
     warmed = "warm" in meter.times and steps - meter.start > meter.warmup_steps
     return {
-        "device": device.kind,
-        "world_size": args.world_size,
-        "steps": steps,
-        "resumed_from_step": meter.start,
-        "runtime_s": meter.times["end"] - meter.times["begin"],
+        "device": device.kind, "world_size": args.world_size, "steps": steps,
+        "resumed_from_step": meter.start, "runtime_s": meter.times["end"] - meter.times["begin"],
         "timed_s": meter.times["end"] - meter.times["warm" if warmed else "begin"],
-        "warmup_steps": meter.warmup_steps if warmed else 0,
-        "losses": meter.losses,
+        "warmup_steps": meter.warmup_steps if warmed else 0, "losses": meter.losses,
         "peak_memory_bytes": peak - baseline if device.kind == "cpu" else peak,
         "model_state_bytes": meter.held,
-    }
+    }  # fmt: skip
 
 
 def summarise(point: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -188,31 +182,25 @@ def summarise(point: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, A
     per_step = point["per_device_batch"] * point["grad_accum"] * first["world_size"]
     samples = (first["steps"] - first["resumed_from_step"] - first["warmup_steps"]) * per_step
     metrics = {
-        "train_runtime_s": first["runtime_s"],
-        "steps": first["steps"],
+        "train_runtime_s": first["runtime_s"], "steps": first["steps"],
         "throughput_warmup_steps": first["warmup_steps"],
         "samples_per_s": samples / first["timed_s"],
         "tokens_per_s": samples * point["max_seq_length"] / first["timed_s"],
         "final_loss": first["losses"][-1] if first["losses"] else math.nan,
-        "losses": first["losses"],
-        "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
+        "losses": first["losses"], "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
         "peak_memory_method": CPU_PEAK if first["device"] == "cpu" else "max_memory_allocated",
         "clean_measurement": first["resumed_from_step"] == 0,
-    }
+    }  # fmt: skip
     if first["resumed_from_step"]:  # the speed covers this run's steps only
         metrics["resumed_from_step"] = first["resumed_from_step"]
     if first["device"] == "hpu":
         metrics["gaudi_mode"] = strategies.gaudi_mode(point)
     return {
-        "status": "ok",
-        "point": point,
-        "world_size": first["world_size"],
-        "device": first["device"],
-        "metrics": metrics,
+        "status": "ok", "point": point, "world_size": first["world_size"],
+        "device": first["device"], "metrics": metrics,
         "model_state_bytes": [r["model_state_bytes"] for r in ranks],
-        "notes": {"warmup_ratio": WARMUP_NOTE},
-        "versions": package_versions(),
-    }
+        "notes": {"warmup_ratio": WARMUP_NOTE}, "versions": package_versions(),
+    }  # fmt: skip
 
 
 def ensure_gaudi_mode(point: dict[str, Any], argv: list[str]) -> None:

@@ -17,11 +17,8 @@ from accelstudy.ptq.prune import decoder_linears
 def paper_ratio(
     shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_size: int = 128
 ) -> float:
-    """FP32 bits / (b x n + 16 x n_groups) summed over the quantized Linear weights.
-
-    A weight (out, in) has n = out x in values and out x ceil(in / group) groups, each
-    with a 16-bit scale.
-    """
+    """FP32 bits / (b x n + 16 x n_groups) summed over the quantized Linear weights: a weight
+    (out, in) has n = out x in values and out x ceil(in / group) groups, each a 16-bit scale."""
     fp32 = quantized = 0
     for (out_features, in_features), bits in shapes_and_bits:
         n = out_features * in_features

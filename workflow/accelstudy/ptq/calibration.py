@@ -1,9 +1,8 @@
 """Calibration sets for the sensitivity scan: token batches plus how to score their logits.
 
-Perplexity uses the paper's WikiText blocks; HellaSwag and BoolQ use the paper's protocol
-with every (context + choice) as one row of a per-item batch, so a scan can run any suffix
-of the network on cached hidden states and still compute the metric.
-"""
+Perplexity uses the paper's WikiText blocks; HellaSwag and BoolQ the paper's protocol, each
+(context + choice) one row of a per-item batch, so a scan can run any suffix of the network
+on cached hidden states and still compute the metric."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from accelstudy.evaluate.multiple_choice import decide, tokenize_request
 from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
-from accelstudy.evaluate.scoring import Score
+from accelstudy.evaluate.scoring import Score, pad_right
 
 
 @dataclass
@@ -43,9 +42,8 @@ class Calibration:
         scores = []
         for row, (start, cont) in enumerate(self.layouts[index]):
             picked = logprobs[row, start - 1 : start - 1 + len(cont)]
-            ll = picked.gather(
-                1, torch.tensor(cont, dtype=torch.long, device=picked.device)[:, None]
-            ).sum()
+            targets = torch.tensor(cont, dtype=torch.long, device=picked.device)
+            ll = picked.gather(1, targets[:, None]).sum()
             scores.append(Score(float(ll.double()), len(cont), False))
         request = self.requests[index]
         return float(decide(request, scores, self.protocol).prediction == request.gold), 1
@@ -74,9 +72,7 @@ def choice_calibration(
     for row in rows[:n_items] if n_items else rows:
         request = spec.build(row)
         context, continuations = tokenize_request(tokenizer, request, spec, max_length)
-        sequences = [(context + c)[:-1] for c in continuations]
-        width = max(len(s) for s in sequences)
-        calibration.batches.append(torch.tensor([s + [0] * (width - len(s)) for s in sequences]))
+        calibration.batches.append(pad_right([(context + c)[:-1] for c in continuations]))
         calibration.requests.append(request)
         calibration.layouts.append([(len(context), c) for c in continuations])
     return calibration

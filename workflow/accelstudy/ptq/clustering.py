@@ -30,10 +30,7 @@ def cluster_ranks(scores: list[float], k: int, method: str, remainder: str = "la
     if method == "percentile":
         order = np.argsort(-values, kind="stable")  # descending sensitivity
         ranks = np.empty(n, dtype=int)
-        start = 0
-        for rank, size in enumerate(percentile_groups(n, k, remainder)):
-            ranks[order[start : start + size]] = rank
-            start += size
+        ranks[order] = np.repeat(np.arange(k), percentile_groups(n, k, remainder))
         return ranks.tolist()
     if method == "kmeans":
         from sklearn.cluster import KMeans

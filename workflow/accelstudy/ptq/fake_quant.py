@@ -11,10 +11,8 @@ from accelstudy.ptq.prune import decoder_linears
 def quantize_dequantize(weight: torch.Tensor, bits: int, group_size: int = 128,
                         symmetric: bool = True) -> torch.Tensor:  # fmt: skip
     """Groups of `group_size` consecutive weights along the input dimension (zero-padded).
-
     Symmetric: scale = max|w| / (2^(b-1) - 1), integers in [-2^(b-1), 2^(b-1) - 1].
-    Asymmetric: scale = (max - min) / (2^b - 1), zero point = round(-min / scale).
-    """
+    Asymmetric: scale = (max - min) / (2^b - 1), zero point = round(-min / scale)."""
     if not 2 <= bits <= 16:
         raise ValueError(f"bits must be in 2..16, got {bits}")
     out_features, in_features = weight.shape
@@ -40,11 +38,8 @@ def quantize_dequantize(weight: torch.Tensor, bits: int, group_size: int = 128,
 @torch.no_grad()
 def fake_quantize(model: nn.Module, module_bits: dict[str, int | None], group_size: int = 128,
                   symmetric: bool = True) -> int:  # fmt: skip
-    """Quantize-dequantize each decoder Linear ('layer-07.mlp.up_proj') to its bits, in place.
-
-    Modules mapped to None, lm_head, embeddings and norms stay FP32. Returns the number of
-    Linears changed.
-    """
+    """Quantize-dequantize each decoder Linear ('layer-07.mlp.up_proj') to its bits, in place;
+    those mapped to None, lm_head, embeddings and norms stay FP32. Returns how many changed."""
     changed = 0
     for entry in decoder_linears(model):
         bits = module_bits.get(entry.key)

@@ -73,11 +73,9 @@ def targets(model: nn.Module, granularity: str, family: str = "mlp") -> list[Tar
             out.append(Target(f"layer-{index:02d}", index, tensors, per_tensor=False))
         elif granularity == "layer-per-tensor":
             # the authors' A100 WikiText script: a threshold per tensor, norm weights included
-            norms = tuple(
-                m.weight
-                for _, m in layer.named_modules()
-                if "norm" in type(m).__name__.lower() and getattr(m, "weight", None) is not None
-            )
+            norms = tuple(m.weight for _, m in layer.named_modules()
+                          if "norm" in type(m).__name__.lower()
+                          and getattr(m, "weight", None) is not None)  # fmt: skip
             tensors = tuple(m.weight for _, m in linears) + norms
             out.append(Target(f"layer-{index:02d}", index, tensors, per_tensor=True))
         else:
@@ -97,10 +95,8 @@ def magnitude_threshold(tensors: tuple[torch.Tensor, ...], sparsity: float) -> t
 @contextlib.contextmanager
 @torch.no_grad()
 def pruned(target: Target, sparsity: float) -> Iterator[int]:
-    """Zero every weight with |w| below the threshold while inside; restore exactly after.
-
-    Yields the number of weights zeroed.
-    """
+    """Zero every weight with |w| below the threshold while inside (yields how many); restore
+    exactly after."""
     saved = [t.detach().clone() for t in target.tensors]
     zeroed = 0
     try:

@@ -1,13 +1,11 @@
-"""Real quantization: weights truly stored in low precision, dequantized before the matmul.
-
-Recipes (the module swaps are plain nn.Modules, so the saved bytes are what is stored):
-- `nvidia`: 16-bit layers as float16; others int8 per group of 128 with float16 scales
-  (4-bit layers packed two per byte), dequantized on the fly (the A100 path).
-- `fp8`: BF16 for sensitive modules, FP8 (E4M3 or E5M2) for the rest. On a Gaudi (HPU)
-  this goes through Intel Neural Compressor's MEASURE then QUANTIZE flow; elsewhere the
-  same recipe stores weights as torch float8 with per-channel scales (recorded as such).
-- `bf16`: the whole model in bfloat16 (the CPU recipe: this CPU has AMX).
-"""
+"""Real quantization: weights truly stored in low precision, dequantized before the matmul
+(the module swaps are plain nn.Modules, so the saved bytes are what is stored).
+- `nvidia` (the A100 path): 16-bit layers as float16; others int8 per group of 128 with
+  float16 scales (4-bit layers packed two per byte), dequantized on the fly.
+- `fp8`: BF16 for sensitive modules, FP8 (E4M3 or E5M2) for the rest: Intel Neural
+  Compressor's MEASURE then QUANTIZE flow on a Gaudi, torch float8 with per-channel scales
+  elsewhere (recorded as such).
+- `bf16`: the whole model in bfloat16 (the CPU recipe: this CPU has AMX)."""
 
 from __future__ import annotations
 
@@ -47,12 +45,9 @@ class GroupQuantLinear(nn.Module):
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         q = self.qweight
-        if self.bits == 4:
-            low = (q & 0x0F).to(torch.int8)
-            high = ((q >> 4) & 0x0F).to(torch.int8)
-            low = torch.where(low > 7, low - 16, low)
-            high = torch.where(high > 7, high - 16, high)
-            q = torch.stack([low, high], dim=-1).view(self.out_features, -1)
+        if self.bits == 4:  # each byte's two nibbles back to signed int4, low one first
+            nibbles = torch.stack([q & 0x0F, (q >> 4) & 0x0F], dim=-1).to(torch.int8)
+            q = torch.where(nibbles > 7, nibbles - 16, nibbles).view(self.out_features, -1)
         groups = q.view(self.out_features, -1, self.group_size).to(dtype)
         weight = groups * self.scales.to(dtype)[..., None]
         return weight.view(self.out_features, -1)[:, : self.in_features]
@@ -117,19 +112,13 @@ FP8_BLOCKLIST = ["lm_head", "model.norm", "model.embed_tokens"]
 
 
 def quantize_fp8_inc(
-    load_model: Callable[[], nn.Module],
-    fp8_modules: list[str],
-    fp8_format: str,
-    calibrate: Callable[[nn.Module], None],
-    stats_dir: str,
-) -> nn.Module:
-    """Intel Neural Compressor's two-pass FP8 flow on a Gaudi.
-
-    MEASURE: prepare a BF16 model, run `calibrate` on representative data, save the
-    statistics (device specific) under `stats_dir`. QUANTIZE: convert a fresh BF16 model with
-    those statistics. Only `fp8_modules` are in the allowlist; lm_head, the final norm and the
-    embeddings are blocked, so they stay BF16.
-    """
+    load_model: Callable[[], nn.Module], fp8_modules: list[str], fp8_format: str,
+    calibrate: Callable[[nn.Module], None], stats_dir: str,
+) -> nn.Module:  # fmt: skip
+    """Intel Neural Compressor's two-pass FP8 flow on a Gaudi. MEASURE: prepare a BF16 model,
+    run `calibrate` on representative data, save the (device specific) statistics under
+    `stats_dir`. QUANTIZE: convert a fresh BF16 model with them. Only `fp8_modules` are
+    allowed; lm_head, the final norm and the embeddings are blocked, so they stay BF16."""
     from neural_compressor.torch.quantization import (
         FP8Config,
         convert,
@@ -138,12 +127,11 @@ def quantize_fp8_inc(
     )
 
     common = {
-        "fp8_config": "E4M3" if fp8_format == "e4m3" else "E5M2",
-        "hp_dtype": "bf16",
+        "fp8_config": "E4M3" if fp8_format == "e4m3" else "E5M2", "hp_dtype": "bf16",
         "dump_stats_path": f"{stats_dir}/inc",
         "allowlist": {"names": list(fp8_modules), "types": []},
         "blocklist": {"names": FP8_BLOCKLIST, "types": []},
-    }
+    }  # fmt: skip
     measured = prepare(load_model(), FP8Config(mode="MEASURE", observer="maxabs", **common))
     calibrate(measured)
     finalize_calibration(measured)

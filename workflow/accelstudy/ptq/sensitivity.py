@@ -1,10 +1,8 @@
-"""Per-layer (or per-projection) pruning sensitivity, with prefix reuse.
-
-Pruning layer l cannot change what layers 0..l-1 compute. The scan therefore runs the
-unpruned model once, keeps the hidden states entering each layer it will prune, and for
-layer l runs only layers l..L-1, the final norm and the LM head. The naive scan (a full
-forward per target) is kept for the equivalence test and the benchmark.
-"""
+"""Per-layer (or per-projection) pruning sensitivity, with prefix reuse: pruning layer l cannot
+change what layers 0..l-1 compute, so the scan runs the unpruned model once, keeps the hidden
+states entering each layer it will prune, and for layer l runs only layers l..L-1, the final
+norm and the LM head. The naive scan (a full forward per target) is kept for the equivalence
+test and the benchmark."""
 
 from __future__ import annotations
 
@@ -33,10 +31,6 @@ def orient(kind: str, pruned_metric: float, base: float) -> float:
     return pruned_metric - base if kind == "perplexity" else base - pruned_metric
 
 
-def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
-
-
 class PrefixCache:
     """Hidden states entering chosen layers, and the layer kwargs, per calibration batch."""
 
@@ -55,7 +49,8 @@ class PrefixCache:
 
         def hook(index: int):
             def capture(_module, args, kwargs):
-                self.hidden[index].append(_hidden_of(args, kwargs).clone())
+                hidden = args[0] if args else kwargs["hidden_states"]
+                self.hidden[index].append(hidden.clone())
                 captured.setdefault(
                     "kwargs", {k: v for k, v in kwargs.items() if k != "hidden_states"}
                 )
@@ -78,30 +73,26 @@ class PrefixCache:
     def suffix_logits(self, start: int, index: int) -> torch.Tensor:
         """Logits from running layers start..L-1 on the cached input of layer `start`."""
         hidden = self.hidden[start][index]
-        kwargs = self.kwargs[index]
         for layer in decoder_layers(self.model)[start:]:
-            out = layer(hidden, **kwargs)
+            out = layer(hidden, **self.kwargs[index])
             hidden = out[0] if isinstance(out, tuple) else out
         hidden = self.model.get_decoder().norm(hidden)
         return self.model.get_output_embeddings()(hidden)
 
 
 def scan(
-    model: nn.Module,
-    calibration: Calibration,
-    chunk: list[Target],
-    sparsity: float,
+    model: nn.Module, calibration: Calibration, chunk: list[Target], sparsity: float,
     prefix_reuse: bool = True,
-) -> tuple[float, list[TargetScore], dict[str, float]]:
+) -> tuple[float, list[TargetScore], dict[str, float]]:  # fmt: skip
     """(base metric, a score per target, timing) for the targets of one chunk."""
     started = time.perf_counter()
     device = next(model.parameters()).device
     kind = calibration.kind
     cache = PrefixCache(model, calibration, {t.layer for t in chunk}) if prefix_reuse else None
-    if cache is not None:
-        base = calibration.metric(cache.base_contributions)
-    else:
+    if cache is None:
         base = _full_metric(model, calibration, device)
+    else:
+        base = calibration.metric(cache.base_contributions)
     results = []
     for target in tqdm(chunk, desc="sensitivity", unit="target"):
         with pruned(target, sparsity) as zeroed:

@@ -15,22 +15,16 @@ from accelstudy.config import config_hash
 from accelstudy.data.sources import read_prepared
 from accelstudy.evaluate import evaluate_task
 from accelstudy.models import load_prepared
-from accelstudy.ptq import accounting
+from accelstudy.ptq import accounting, real_quant
 from accelstudy.ptq.calibration import Calibration, choice_calibration, perplexity_calibration
 from accelstudy.ptq.clustering import assign_bits
 from accelstudy.ptq.fake_quant import fake_quantize, layer_map
 from accelstudy.ptq.prune import decoder_layers, decoder_linears, targets
-from accelstudy.ptq.real_quant import (
-    bits_per_weight,
-    module_names,
-    quantize_fp8_inc,
-    quantize_fp8_standin,
-    quantize_nvidia,
-)
 from accelstudy.ptq.sensitivity import scan
 from accelstudy.records import atomic_open, job_record, write_json, write_record
 
 RECIPE_NAMES = ("fake", "nvidia", "fp8", "bf16")
+SCAN_KEYS = ("granularity", "family", "sparsity", "calibration_limit")  # a sensitivity scan's
 
 
 class SensitivityTableError(ValueError):
@@ -71,7 +65,8 @@ def sensitivity_chunk(*, model_dir: Path, task: str, data: Path, limit: int | No
     base, scores, timing = scan(model, calibration, mine, sparsity, prefix_reuse)
     payload = {
         "task": task, "metric": calibration.kind, "base": base, "granularity": granularity,
-        "family": family, "sparsity": sparsity, "chunk": chunk, "chunks": chunks,
+        "family": family, "sparsity": sparsity, "calibration_limit": limit, "chunk": chunk,
+        "chunks": chunks,
         "n_targets": len(all_targets), "prefix_reuse": prefix_reuse, "device": device.kind,
         "scores": [s.__dict__ for s in scores], **timing,
     }  # fmt: skip
@@ -83,9 +78,9 @@ def gather_sensitivity(chunks: list[Path], out: Path) -> pd.DataFrame:
     """Chunks -> one table (target, layer, metric, score), checked to be complete."""
     parts = [json.loads(Path(p).read_text()) for p in chunks]
     frame = pd.DataFrame([s for part in parts for s in part["scores"]])
+    frame = frame.assign(base=parts[0]["base"], metric_kind=parts[0]["metric"],
+                         **{key: parts[0].get(key) for key in SCAN_KEYS})  # fmt: skip
     frame.insert(0, "task", parts[0]["task"])
-    frame["base"] = parts[0]["base"]
-    frame["metric_kind"] = parts[0]["metric"]
     if len(frame) != parts[0]["n_targets"] or frame["name"].duplicated().any():
         raise SensitivityTableError(
             f"sensitivity chunks hold {len(frame)} targets, expected {parts[0]['n_targets']}"
@@ -108,7 +103,10 @@ def cluster(*, table: Path, bits: list[int], method: str, remainder: str, n_laye
     assignment = assign_bits(
         list(frame["name"]), list(frame["score"]), bits, method, remainder, seed
     )
-    payload: dict[str, Any] = {"bits": bits, "method": method, "remainder": remainder}
+    # what the scores were measured with, so a quantized record says what its bits depend on
+    scanned = json.loads(frame[[k for k in SCAN_KEYS if k in frame]].iloc[0].to_json())
+    payload: dict[str, Any] = {"bits": bits, "method": method, "remainder": remainder,
+                               "sensitivity": scanned}  # fmt: skip
     if "." in str(frame["name"].iloc[0]):  # submodule scores: a module-to-bits map
         payload["module_bits"] = dict(sorted(assignment.items()))
     else:
@@ -155,6 +153,7 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
     spec = json.loads(Path(assignment).read_text())
     module_bits = module_assignment(model, spec, assignment)
     shapes = accounting.linear_shapes(model)
+    sizes = {key: rows * columns for key, (rows, columns) in shapes.items()}
     fp32_bytes = accounting.prepared_bytes(model_dir)
     high = {key: 16 if bits is None else bits for key, bits in module_bits.items()}
     if recipe == "fake":
@@ -164,24 +163,22 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
         ratio = accounting.paper_ratio(quantized, group_size)
         note = "simulated: quantize-dequantize in FP32"
     elif recipe == "nvidia":
-        quantize_nvidia(model, high, group_size)
+        real_quant.quantize_nvidia(model, high, group_size)
         stored_bytes = accounting.saved_bytes(model)
-        n = sum(s[0] * s[1] for s in shapes.values())
-        stored_bits = sum(shapes[k][0] * shapes[k][1] * bits_per_weight(b, group_size)
-                          for k, b in high.items())  # fmt: skip
-        ratio = 32 * n / stored_bits
+        bits_stored = sum(
+            sizes[k] * real_quant.bits_per_weight(b, group_size) for k, b in high.items()
+        )
+        ratio = 32 * sum(sizes.values()) / bits_stored
         note = "FP16 / INT8 / packed INT4 storage, dequantized before each matmul"
     elif recipe == "fp8":
         # the Gaudi recipe: the high-precision cluster (bits >= 16) in BF16, the rest in FP8
         fp8_keys = [k for k, b in high.items() if b < 16]
-        n = sum(s[0] * s[1] for s in shapes.values())
-        n_fp8 = sum(shapes[k][0] * shapes[k][1] for k in fp8_keys)
+        n, n_fp8 = sum(sizes.values()), sum(sizes[k] for k in fp8_keys)
         ratio = 32 * n / (16 * (n - n_fp8) + 8 * n_fp8)
         if device.kind == "hpu":
-            names = [m for key in fp8_keys for m in module_names(model, key)]
-            batches = build_calibration(
-                tokenizer, task, read_prepared(calibration), 512, settings
-            ).batches
+            names = [m for key in fp8_keys for m in real_quant.module_names(model, key)]
+            calibration_rows = read_prepared(calibration)
+            batches = build_calibration(tokenizer, task, calibration_rows, 512, settings).batches
 
             def calibrate(prepared_model):
                 for batch in batches:
@@ -191,12 +188,13 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
             def fresh_bf16():
                 return load_prepared(model_dir, dtype=torch.bfloat16)[0].to(device.torch)
 
-            model = quantize_fp8_inc(fresh_bf16, names, fp8_format, calibrate, str(out.parent))
+            model = real_quant.quantize_fp8_inc(
+                fresh_bf16, names, fp8_format, calibrate, str(out.parent)
+            )
             note = f"Intel Neural Compressor FP8 ({fp8_format}) MEASURE + QUANTIZE on HPU"
         else:
-            quantize_fp8_standin(
-                model, {k: "fp8" if k in fp8_keys else "bf16" for k in high}, fp8_format
-            )
+            dtypes = {k: "fp8" if k in fp8_keys else "bf16" for k in high}
+            real_quant.quantize_fp8_standin(model, dtypes, fp8_format)
             note = f"stand-in: torch float8 ({fp8_format}) weights with per-channel scales; no HPU"
         stored_bytes = accounting.saved_bytes(model)
     elif recipe == "bf16":
@@ -209,14 +207,13 @@ def quantized_eval(*, study: str, system: str, model_name: str, model_dir: Path,
     model.to(device.torch)
     rows = read_prepared(data)
     metrics, _ = evaluate_task(model, tokenizer, task, "paper", rows, settings, device, limit)
-    metrics.update(
-        compression_ratio=round(ratio, 4),
-        model_compression_ratio=round(fp32_bytes / stored_bytes, 4),
-        stored_bytes=stored_bytes,
-    )
+    metrics.update(compression_ratio=round(ratio, 4),
+                   model_compression_ratio=round(fp32_bytes / stored_bytes, 4),
+                   stored_bytes=stored_bytes)  # fmt: skip
     bits_label = "[" + ",".join(str(b) for b in spec["bits"]) + "]"
     parameters = {"bits": spec["bits"], "method": spec["method"], "recipe": recipe,
                   "fp8_format": fp8_format if recipe == "fp8" else None,
+                  "remainder": spec.get("remainder"), "sensitivity": spec.get("sensitivity"),
                   "group_size": group_size, "symmetric": symmetric, "limit": limit,
                   "assignment": spec.get("layer_bits", spec.get("module_bits")),
                   "settings": settings, "note": note}  # fmt: skip

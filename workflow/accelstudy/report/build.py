@@ -54,13 +54,13 @@ class Section:
     figure: str = ""
 
 
-def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
     with atomic_open(path) as handle:
         frame.to_csv(handle, index=False)
 
 
-def _write_records(records: pd.DataFrame, tables: Path) -> None:
-    _write_csv(records, tables / "records.csv")
+def write_records(records: pd.DataFrame, tables: Path) -> None:
+    write_csv(records, tables / "records.csv")
     tmp = tables / ".records.parquet.tmp"
     records.to_parquet(tmp, index=False)
     tmp.replace(tables / "records.parquet")
@@ -117,7 +117,7 @@ def _finetune_sections(records: pd.DataFrame, tables: Path, folder: Path) -> lis
     runs = finetune.finetune_runs(records)
     points = finetune.finetune_points(runs)
     table = finetune.finetune_table(points)
-    _write_csv(table, tables / "finetune.csv")
+    write_csv(table, tables / "finetune.csv")
     finetune.write_figures(runs, points, folder)
     if runs.empty:
         return []
@@ -138,7 +138,7 @@ def _diffusion_sections(records: pd.DataFrame, tables: Path, folder: Path) -> li
     empty) and the figures (placeholders) are written in every study, as the rule declares."""
     runs = diffusion.diffusion_runs(records)
     table = diffusion.diffusion_table(runs)
-    _write_csv(table, tables / "diffusion.csv")
+    write_csv(table, tables / "diffusion.csv")
     diffusion.write_figures(runs, folder)
     if runs.empty:
         return []
@@ -183,12 +183,12 @@ def build_report(
     report_dir, tables = results_dir / "report", results_dir / "tables"
     records = collect_records(record_paths)
     published = load_published()
-    _write_records(records, tables)
+    write_records(records, tables)
     baseline = baseline_table(records, published)
-    _write_csv(baseline, tables / "baseline.csv")
+    write_csv(baseline, tables / "baseline.csv")
     ours = table1(records, [bits_label(b) for b in bit_lists])
-    _write_csv(ours, tables / "table1.csv")
-    _write_csv(published_table1(published), tables / "table1_published.csv")
+    write_csv(ours, tables / "table1.csv")
+    write_csv(published_table1(published), tables / "table1_published.csv")
     figures.baseline_figure(records, report_dir / "figures" / "baseline.png")
     table = collect_sensitivity(sensitivity, assignments)
     _ptq_figures(records, published, table, dict(calibration or {}), report_dir / "figures")
@@ -205,12 +205,15 @@ def build_report(
         *_diffusion_sections(records, tables, report_dir / "figures"),
     ]
     commits = ", ".join(sorted(records["git_commit"].unique()))
-    intro = f"{len(records)} result records; code {commits}."
+    return write_pages(f"accelstudy report: {study}", f"{len(records)} result records; code "
+                       f"{commits}.", sections, report_dir)  # fmt: skip
+
+
+def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:
+    """index.html and report.md of the sections; return index.html."""
     tail = "All records: `tables/records.csv`, `tables/records.parquet`."
-    markdown = "\n\n".join(
-        [f"# accelstudy report: {study}", intro, *map(_markdown, sections), tail]
-    )
-    title = html.escape(f"accelstudy report: {study}")
+    markdown = "\n\n".join([f"# {title}", intro, *map(_markdown, sections), tail])
+    title = html.escape(title)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}

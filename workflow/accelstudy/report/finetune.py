@@ -176,9 +176,8 @@ def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
 
 def mark_holes(ax: plt.Axes, holes: pd.DataFrame, xs: Sequence[float],
                palette: dict[str, tuple], vertical: bool = False) -> None:  # fmt: skip
-    """An x at the bottom of the panel (at xs) for each point that did not run, labelled why,
-    so the holes show where a line or bar is missing (call it once the x limits are set):
-    labels stand upright in an empty bar slot, else one above the other, towards the middle."""
+    """An x at the bottom of the panel (at xs) for each point that did not run, labelled why
+    (call it once the x limits are set): upright in an empty bar slot, else stacked inwards."""
     bottom, (left, right) = ax.get_xaxis_transform(), ax.get_xlim()
     for k, ((_, r), at) in enumerate(zip(holes.iterrows(), xs, strict=True)):
         ax.scatter([at], [0.02], marker="x", s=60, color=palette[r["strategy"]],
@@ -269,7 +268,7 @@ def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
 
 
 def write_figures(runs: pd.DataFrame, points: pd.DataFrame, folder: Path) -> None:
-    """Fig. 2a and 2b; a placeholder saying why where no fine-tuning ran (the rule declares
+    """Fig. 2a and 2b, or placeholders saying why where no fine-tuning ran (the rule declares
     them in every study)."""
     for name, draw in zip(FIGURES, (fig2a, fig2b), strict=True):
         if runs.empty:

@@ -41,10 +41,8 @@ def metric_rows(record: pd.Series) -> list[tuple[str, float, str | None]]:
     record. BoolQ paper records carry both tie rules, each beside the system that used it."""
     ties = {s: record.get(f"metric_acc_ties_{rule}") for s, rule in TIE_RULES.items()}
     if all(pd.notna(v) for v in ties.values()):
-        return [
-            (metric_label("accuracy", TIE_RULES[s]), display("accuracy", v), s)
-            for s, v in ties.items()
-        ]
+        return [(metric_label("accuracy", TIE_RULES[s]), display("accuracy", v), s)
+                for s, v in ties.items()]  # fmt: skip
     return [(metric_label(record["metric"]), display(record["metric"], record["value"]), None)]
 
 
@@ -57,19 +55,15 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
         match = pub[(pub["task"] == r["task"]) & (pub["protocol"] == r["protocol"])]
         for label, value, system in metric_rows(r):
             shown = match if system is None else match[match["system"] == system]
-            rows.append(
-                {
-                    "model": r["model"], "task": r["task"], "protocol": r["protocol"],
-                    "data": r["data"], "metric": label, "ours": value,
-                    "published TinyLlama-1.1B FP32": "; ".join(
-                        f"{v:g} ({s}, {split})"
-                        for v, s, split in zip(shown["value"], shown["system"], shown["split"],
-                                               strict=True)
-                    ) or "-",
-                    "tokens/s": round(r["tokens_per_s"], 1), "peak MiB": r["peak_memory_mib"],
-                    "device": r["device"],
-                }
-            )  # fmt: skip
+            published = zip(shown["value"], shown["system"], shown["split"], strict=True)
+            rows.append({
+                "model": r["model"], "task": r["task"], "protocol": r["protocol"],
+                "data": r["data"], "metric": label, "ours": value,
+                "published TinyLlama-1.1B FP32":
+                    "; ".join(f"{v:g} ({s}, {split})" for v, s, split in published) or "-",
+                "tokens/s": round(r["tokens_per_s"], 1), "peak MiB": r["peak_memory_mib"],
+                "device": r["device"],
+            })  # fmt: skip
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).sort_values(["model", "task", "protocol"]).reset_index(drop=True)
@@ -115,10 +109,8 @@ def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame
         base = fp32[(fp32["model"] == model) & (fp32["task"] == task)]
         both = pd.concat([base, group])
         for _, r in both.iterrows():
-            long += [
-                {**key, "metric": label, "column": r["column"], "value": value}
-                for label, value, _ in metric_rows(r)
-            ]
+            long += [{**key, "metric": label, "column": r["column"], "value": value}
+                     for label, value, _ in metric_rows(r)]  # fmt: skip
         ratios = zip(both["column"], both["metric_compression_ratio"].round(3), strict=True)
         long += [{**key, "metric": COMPRESSION, "column": c, "value": v} for c, v in ratios]
     return _wide(long, ["model", "data", "task", "metric"], columns)
@@ -138,11 +130,8 @@ def published_long(published: pd.DataFrame) -> pd.DataFrame:
     ratios = published[published["table"] == "compression"].set_index(["system", "method"])
     rows = []
     for (task, system, split), group in table.groupby(["task", "system", "split"], sort=False):
-        fp32 = base[
-            (base["task"] == task)
-            & (base["split"] == split)
-            & base["system"].isin([system, "paper"])
-        ]
+        fp32 = base[(base["task"] == task) & (base["split"] == split)
+                    & base["system"].isin([system, "paper"])]  # fmt: skip
         metric = metric_label(
             group["metric"].iloc[0], TIE_RULES[system] if task == "boolq" else None
         )
@@ -150,13 +139,9 @@ def published_long(published: pd.DataFrame) -> pd.DataFrame:
         values = [fp32["value"].iloc[0], *group["value"]]
         for method, value in zip(methods, values, strict=True):
             ratio = ratios["value"].get((published_split(system, task), method), float("nan"))
-            rows.append(
-                {
-                    "task": task, "system": system, "metric": metric,
-                    "column": PUBLISHED_REAL.get(method, method), "value": value,
-                    "compression": 1.0 if method == "FP32" else ratio,
-                }
-            )  # fmt: skip
+            rows.append({"task": task, "system": system, "metric": metric,
+                         "column": PUBLISHED_REAL.get(method, method), "value": value,
+                         "compression": 1.0 if method == "FP32" else ratio})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -164,15 +149,14 @@ def published_table1(published: pd.DataFrame) -> pd.DataFrame:
     """Table 1 as published (TinyLlama-1.1B, Gaudi2 / A100), with the compression rows."""
     ratios = published[published["table"] == "compression"]
     fp32 = [(system, "FP32", 1.0) for system in ratios["system"].unique()]
+    published_ratios = zip(ratios["system"], ratios["method"], ratios["value"], strict=True)
     compression = [
         {"task": "all", "system": system, "metric": COMPRESSION, "column": column, "value": value}
-        for system, column, value in fp32
-        + list(zip(ratios["system"], ratios["method"], ratios["value"], strict=True))
+        for system, column, value in [*fp32, *published_ratios]
     ]
     long = published_long(published).to_dict("records") + compression
-    return _wide(
-        long, ["task", "metric", "system"], ["FP32", *PAPER_BITS, *PUBLISHED_REAL.values()]
-    )
+    columns = ["FP32", *PAPER_BITS, *PUBLISHED_REAL.values()]
+    return _wide(long, ["task", "metric", "system"], columns)
 
 
 def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
@@ -186,32 +170,16 @@ def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFr
     )
     pub = published_long(published).dropna(subset=["compression"])
     pub = pub[pub["task"].isin(keys["task"])]
-    return pd.concat(
-        [
-            pd.DataFrame(
-                {
-                    "panel": "ours: " + ours["model"] + " (" + ours["data"] + " data)",
-                    "task": ours["task"],
-                    "metric": ours["metric"].map(metric_label),
-                    "compression": ours["metric_compression_ratio"],
-                    "value": [
-                        display(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)
-                    ],
-                    "bit list": ours["bits"],
-                    "recipe / system": ours["recipe"],
-                }
-            ),
-            pd.DataFrame(
-                {
-                    "panel": "published: TinyLlama-1.1B (WikiText-2, HellaSwag, BoolQ)",
-                    "task": pub["task"],
-                    "metric": pub["metric"].str.replace(r" \(ties \w+\)", "", regex=True),
-                    "compression": pub["compression"],
-                    "value": pub["value"],
-                    "bit list": pub["column"],
-                    "recipe / system": pub["system"],
-                }
-            ),
-        ],
-        ignore_index=True,
-    )
+    shown = [display(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)]
+    mine = pd.DataFrame({
+        "panel": "ours: " + ours["model"] + " (" + ours["data"] + " data)", "task": ours["task"],
+        "metric": ours["metric"].map(metric_label), "compression": ours["metric_compression_ratio"],
+        "value": shown, "bit list": ours["bits"], "recipe / system": ours["recipe"],
+    })  # fmt: skip
+    theirs = pd.DataFrame({
+        "panel": "published: TinyLlama-1.1B (WikiText-2, HellaSwag, BoolQ)", "task": pub["task"],
+        "metric": pub["metric"].str.replace(r" \(ties \w+\)", "", regex=True),
+        "compression": pub["compression"], "value": pub["value"], "bit list": pub["column"],
+        "recipe / system": pub["system"],
+    })  # fmt: skip
+    return pd.concat([mine, theirs], ignore_index=True)

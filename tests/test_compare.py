@@ -1,0 +1,114 @@
+"""`accelstudy compare`: records matched on the work they measured, ratios, the left-out list."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from accelstudy.records import provenance, write_record
+from accelstudy.report.compare import CompareError, compare, load, ratios, split
+
+
+def _record(
+    system: str,
+    task: str,
+    tokens: float,
+    value: float,
+    *,
+    limit: int = 10,
+    source: str = "standin",
+    accelerator: str | None = None,
+    repeat: int = 0,
+) -> dict:
+    record = {
+        "stage": "baseline", "study": "t", "system": system, "device": "cpu", "model": "m",
+        "task": task, "method": "fp32", "protocol": "paper", "data_source": source,
+        "parameters": {"limit": limit, "dtype": "float32" if system == "a" else "bfloat16",
+                       "repeat": repeat},
+        "metrics": {"accuracy": value, "primary_metric": "accuracy", "wall_time_s": 1.0,
+                    "tokens_per_s": tokens, "peak_memory_bytes": 1},
+        "provenance": provenance("h", "cpu", "cpu", 1.0),
+    }  # fmt: skip
+    record["provenance"]["system"] = {"accelerator": accelerator or f"{system}-card",
+                                      "memory_per_card_gb": 16}  # fmt: skip
+    return record
+
+
+def _run(root: Path, name: str, records: list[dict]) -> Path:
+    run = root / name / "results" / "t"
+    for i, record in enumerate(records):
+        write_record(run / "baseline" / "m" / f"{i}.json", record)
+    (run / "baseline" / "chunk.json").write_text(json.dumps({"scores": [1, 2]}))  # not a record
+    return run
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """System a and system b measured boolq and wikitext alike (b twice as fast, b's boolq
+    with a repeat); b's hellaswag used 12 items, a's 10; a's piqa was real data, b's stand-in."""
+    a = _run(tmp_path, "site-a", [
+        _record("a", "boolq", 100, 0.6), _record("a", "wikitext", 50, 20.0),
+        _record("a", "hellaswag", 80, 0.3), _record("a", "piqa", 10, 0.5, source="hf"),
+    ])  # fmt: skip
+    b = _run(tmp_path, "site-b", [
+        _record("b", "boolq", 200, 0.6), _record("b", "boolq", 240, 0.6, repeat=1),
+        _record("b", "wikitext", 100, 21.0), _record("b", "hellaswag", 160, 0.3, limit=12),
+        _record("b", "piqa", 20, 0.5),
+    ])  # fmt: skip
+    return a, b
+
+
+def test_records_meet_only_where_the_work_is_the_same(runs):
+    records = load(runs)
+    assert len(records) == 9  # the sensitivity-like chunk is not a record
+    matched, left = split(records)
+    assert sorted(set(matched["task"])) == ["boolq", "wikitext"]
+    reasons = dict(zip(left["system"] + ":" + left["task"], left["reason"], strict=True))
+    assert reasons["a:hellaswag"] == "limit: 10 here, 12 there"
+    assert reasons["b:hellaswag"] == "limit: 12 here, 10 there"
+    assert reasons["a:piqa"] == "data_source: hf here, standin there"  # never real vs stand-in
+    table = ratios(matched, reference="a").set_index("quantity")
+    speed = table.loc["tokens_per_s"]
+    # boolq: b's repeats 200 and 240 -> 220, / 100 = 2.2; wikitext 100 / 50 = 2.0
+    assert speed["ratio"] == pytest.approx(2.1) and speed["points"] == 2
+    assert (speed["min"], speed["max"]) == (2.0, 2.2) and speed["repeats"] == "1.5 / 1"
+    assert table.loc["accuracy (metric)", "ratio"] == pytest.approx((1 + 21 / 20) / 2)
+
+
+def test_the_report_traces_every_number(runs, tmp_path):
+    index = compare(runs, tmp_path / "cmp", reference="a")
+    tables = tmp_path / "cmp" / "tables"
+    matched = pd.read_csv(tables / "matched.csv")
+    assert set(matched["record"].map(lambda p: Path(p).parent.name)) == {"m"}
+    assert matched["git_commit"].notna().all() and matched["versions"].str.contains("torch").all()
+    assert len(pd.read_csv(tables / "left_out.csv")) == 4
+    assert "Ratios against a" in index.read_text()
+    assert "limit: 10 here, 12 there" in (tmp_path / "cmp" / "report.md").read_text()
+
+
+def test_not_a_results_directory(tmp_path):
+    with pytest.raises(CompareError, match=r"'.*nothing' is not a results directory: pass "):
+        load([tmp_path / "nothing"])
+
+
+def test_a_record_of_another_schema_version(runs):
+    path = next((runs[0] / "baseline" / "m").glob("0.json"))
+    record = json.loads(path.read_text())
+    del record["schema_version"]
+    path.write_text(json.dumps(record))
+    with pytest.raises(CompareError, match=r"0.json: record schema version none, but this "
+                                           r"accelstudy reads version 1; re-run"):  # fmt: skip
+        load(runs)
+
+
+def test_one_system_name_two_machines(tmp_path):
+    a = _run(tmp_path, "site-a", [_record("a", "boolq", 100, 0.6)])
+    b = _run(tmp_path, "site-b", [_record("a", "boolq", 100, 0.6, accelerator="H100")])
+    with pytest.raises(CompareError) as error:
+        load([a, b])
+    text = str(error.value)
+    assert "runs name the same system 'a' but different machines" in text
+    assert "a-card, 16 GB per card" in text and "H100, 16 GB per card" in text
+    assert "\n" not in text
