@@ -1,8 +1,5 @@
-"""cuda | hpu | cpu: the one place that knows how accelerators differ.
-
-Science code asks this module for a device, a dtype, a synchronise and a peak-memory
-reading; it never branches on the hardware itself.
-"""
+"""cuda | hpu | cpu: the one place that knows how accelerators differ, so science code asks
+for a device, dtype, synchronise or peak-memory reading and never branches on hardware."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import platform
 import resource
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -37,24 +35,23 @@ class Device:
     def torch(self) -> torch.device:
         return torch.device(self.kind)
 
+    @property
+    def _backend(self) -> Any:
+        """torch.cuda or torch.hpu, which spell the same calls alike; None on the CPU."""
+        return None if self.kind == "cpu" else getattr(torch, self.kind)
+
     def synchronize(self) -> None:
-        if self.kind == "cuda":
-            torch.cuda.synchronize()
-        elif self.kind == "hpu":
-            torch.hpu.synchronize()
+        if self._backend:
+            self._backend.synchronize()
 
     def reset_peak_memory(self) -> None:
-        if self.kind == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        elif self.kind == "hpu":
-            torch.hpu.reset_peak_memory_stats()
+        if self._backend:
+            self._backend.reset_peak_memory_stats()
 
     def peak_memory_bytes(self) -> int:
         """Max allocated on an accelerator; the process's peak RSS on the CPU."""
-        if self.kind == "cuda":
-            return int(torch.cuda.max_memory_allocated())
-        if self.kind == "hpu":
-            return int(torch.hpu.max_memory_allocated())
+        if self._backend:
+            return int(self._backend.max_memory_allocated())
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return int(peak if sys.platform == "darwin" else peak * 1024)
 
@@ -66,11 +63,7 @@ class Device:
             htcore.mark_step()
 
     def name(self) -> str:
-        if self.kind == "cuda":
-            return torch.cuda.get_device_name()
-        if self.kind == "hpu":
-            return torch.hpu.get_device_name()
-        return cpu_name()
+        return self._backend.get_device_name() if self._backend else cpu_name()
 
 
 def cpu_name() -> str:
@@ -88,12 +81,7 @@ def resolve(kind: str = "auto") -> Device:
     """Pick the device: an explicit kind, else $ACCELSTUDY_DEVICE, else the best present."""
     kind = os.environ.get("ACCELSTUDY_DEVICE", kind) if kind == "auto" else kind
     if kind == "auto":
-        if torch.cuda.is_available():
-            kind = "cuda"
-        elif hpu_available():
-            kind = "hpu"
-        else:
-            kind = "cpu"
+        kind = "cuda" if torch.cuda.is_available() else "hpu" if hpu_available() else "cpu"
     if kind == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' requested but torch sees no CUDA device")
     if kind == "hpu" and not hpu_available():

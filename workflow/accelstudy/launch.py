@@ -1,11 +1,6 @@
-"""Command lines that start N ranks of a worker module, through the existing launchers.
-
-One place turns (system file, cards, strategy) into a launcher's command: torchrun on one
-node; under SLURM across nodes, `srun --overlap` (one torchrun per node of the job's
-allocation) with a c10d rendezvous on the first node; on Gaudi, `mpirun` as optimum-habana's
-gaudi_spawn.py does for DDP and FSDP, DeepSpeed's launcher for ZeRO-3, and inside a Kubeflow
-MPIJob `mpirun` over the job's hostfile. Fine-tuning and diffusion both start their ranks here.
-"""
+"""(system file, cards, strategy) -> the launcher command that starts N ranks of a worker:
+torchrun on one node, `srun --overlap` + c10d across SLURM nodes, on Gaudi mpirun (as
+gaudi_spawn.py; over a Kubeflow MPIJob's hostfile) or DeepSpeed's launcher for ZeRO-3."""
 
 from __future__ import annotations
 
@@ -40,14 +35,9 @@ def first_host(environ: Mapping[str, str]) -> str:
     return out.stdout.split()[0]
 
 
-def command(
-    system: Mapping[str, Any],
-    cards: int,
-    module: str,
-    args: list[str],
-    strategy: str = "ddp",
-    environ: Mapping[str, str] | None = None,
-) -> list[str]:
+def command(system: Mapping[str, Any], cards: int, module: str, args: list[str],
+            strategy: str = "ddp", environ: Mapping[str, str] | None = None,
+            ) -> list[str]:  # fmt: skip
     """The full command that starts `cards` ranks of `python -m module args`."""
     environ = os.environ if environ is None else environ
     nodes, per_node = layout(system, cards)
@@ -83,9 +73,8 @@ def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
     environ = os.environ if environ is None else environ
     if "RANK" in environ or "OMPI_COMM_WORLD_RANK" not in environ:
         return
-    environ["RANK"] = environ["OMPI_COMM_WORLD_RANK"]
-    environ["WORLD_SIZE"] = environ["OMPI_COMM_WORLD_SIZE"]
-    environ["LOCAL_RANK"] = environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+    for ours, mpi in (("RANK", "RANK"), ("WORLD_SIZE", "SIZE"), ("LOCAL_RANK", "LOCAL_RANK")):
+        environ[ours] = environ[f"OMPI_COMM_WORLD_{mpi}"]
     environ.setdefault("MASTER_ADDR", "localhost")
     environ.setdefault("MASTER_PORT", str(RENDEZVOUS_PORT))
 

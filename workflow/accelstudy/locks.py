@@ -1,10 +1,5 @@
-"""Remove the lock a killed Snakemake run leaves, but only when no Snakemake runs here.
-
-Snakemake keeps `.snakemake/locks/` while it runs and removes it when it ends; a killed run
-leaves it, and the next run stops with "Directory cannot be locked". `make study` calls
-`accelstudy unlock-if-stale` first: with no Snakemake process whose working directory is
-this one, the lock is stale and goes, as `snakemake --unlock` would remove it.
-"""
+"""Remove the `.snakemake/locks/` a killed Snakemake run leaves ("Directory cannot be locked"
+on the next run), but only when no Snakemake process works in this directory."""
 
 from __future__ import annotations
 

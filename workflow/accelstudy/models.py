@@ -1,7 +1,5 @@
-"""Load causal LMs by Hugging Face id, local directory, GGUF file, or as a tiny random Llama.
-
-Whatever the source, `prepare_model` saves one safetensors directory under results/, so every
-later job loads the same weights quickly and without the network."""
+"""Load causal LMs by Hugging Face id, local directory, GGUF file, or as a tiny random Llama;
+`prepare_model` saves one safetensors directory, so later jobs load fast and offline."""
 
 from __future__ import annotations
 

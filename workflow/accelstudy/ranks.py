@@ -1,9 +1,6 @@
-"""What every rank of a launched worker (fine-tuning, diffusion) does around its work.
-
-Rank 0 writes the result. Running out of memory is a result (`does-not-fit`, exit 0): the
-sweep goes on and the report shows the hole. Any other error exits non-zero and writes
-nothing, so the scheduler's retry starts the point afresh.
-"""
+"""What every rank of a launched worker does around its work. Rank 0 writes the result; out
+of memory is a result (`does-not-fit`, exit 0): the sweep goes on and the report shows the
+hole. Any other error writes nothing, so the scheduler's retry starts the point afresh."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The result record every job writes, its provenance, and atomic file writes.
-
-A job writes its output to a temporary file in the same directory and renames it, so a
-killed or failing job never leaves a file that a re-run would take as done.
-"""
+"""The result record every job writes, its provenance, and atomic file writes: a temporary
+sibling renamed into place, so a killed job never leaves a file a re-run would take as done."""
 
 from __future__ import annotations
 
@@ -31,17 +28,12 @@ VERSIONED_PACKAGES = (
 )  # fmt: skip
 
 
-def current_umask() -> int:
-    """The process umask (read by setting it, so set it straight back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def umask_mode(path: str | Path, directory: bool = False) -> None:
     """Give `path` the mode `open()` / `mkdir()` would: mkstemp and mkdtemp create 0600 /
     0700, which would hide results from the group a project directory is shared with."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+    mask = os.umask(0o022)  # the umask is read by setting it, so set it straight back
+    os.umask(mask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~mask)
 
 
 @contextlib.contextmanager
@@ -98,20 +90,11 @@ def package_versions() -> dict[str, str]:
 
 
 def hardware(device_name: str, device_kind: str) -> dict[str, Any]:
-    return {
-        "device_kind": device_kind,
-        "device_name": device_name,
-        "host": platform.node(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": _torch_threads(),
-    }
-
-
-def _torch_threads() -> int:
     import torch
 
-    return torch.get_num_threads()
+    return {"device_kind": device_kind, "device_name": device_name, "host": platform.node(),
+            "machine": platform.machine(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads()}  # fmt: skip
 
 
 # scheduler context -> the variables SLURM's job step sets
@@ -125,8 +108,7 @@ SLURM_VARIABLES = {
 
 
 def scheduler_context(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Where the job ran: the SLURM job (to match `scontrol`/`sacct` records), a
-    Kubernetes pod, or a plain local process."""
+    """Where the job ran: the SLURM job (to match `scontrol`/`sacct`), a pod, or local."""
     environ = dict(os.environ if environ is None else environ)
     if "SLURM_JOB_ID" in environ:
         found = {key: environ[var] for key, var in SLURM_VARIABLES.items() if var in environ}
@@ -148,22 +130,10 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
     }
 
 
-def job_record(
-    *,
-    stage: str,
-    study: str,
-    system: str,
-    device: Any,
-    model: str,
-    task: str,
-    method: str,
-    protocol: str | None,
-    data_source: str,
-    parameters: dict[str, Any],
-    metrics: dict[str, Any],
-    config_hash: str,
-    wall_s: float,
-) -> dict[str, Any]:
+def job_record(*, stage: str, study: str, system: str, device: Any, model: str, task: str,
+               method: str, protocol: str | None, data_source: str, parameters: dict[str, Any],
+               metrics: dict[str, Any], config_hash: str,
+               wall_s: float) -> dict[str, Any]:  # fmt: skip
     """The result record of one job (`device` is an accelstudy.device.Device); stages
     without an evaluation protocol (fine-tuning, diffusion) pass protocol=None."""
     record = {

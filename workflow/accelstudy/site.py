@@ -1,7 +1,5 @@
-"""Check a site profile (profiles/<site>) against its system file (config/systems/<name>.yaml)
-before Snakemake submits a job: a mismatch (no account where the site bills one, more cards
-than a node has) would otherwise surface as a rejected sbatch or a job pending forever, after
-part of the study was already submitted."""
+"""Check a site profile against its system file before Snakemake submits a job: a mismatch
+would otherwise surface as a rejected sbatch or a job pending forever, mid-study."""
 
 from __future__ import annotations
 
@@ -103,9 +101,7 @@ def check_account(
 
 def card_count(raw: Any) -> int | None:
     """An integer card request, or None for an expression evaluated per job."""
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, int):
+    if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
     text = str(raw).strip().strip("'\"")
     return int(text) if text.isdigit() else None

@@ -34,21 +34,10 @@ def prepare_data(task: str, spec: dict[str, Any], split: str, out: Path) -> int:
     return rows
 
 
-def baseline(
-    *,
-    study: str,
-    system: str,
-    model_name: str,
-    model_dir: Path,
-    task: str,
-    protocol: str,
-    data: Path,
-    data_source: str,
-    settings: dict[str, Any],
-    limit: int | None,
-    out: Path,
-    device_kind: str = "auto",
-) -> dict[str, Any]:
+def baseline(*, study: str, system: str, model_name: str, model_dir: Path, task: str,
+             protocol: str, data: Path, data_source: str, settings: dict[str, Any],
+             limit: int | None, out: Path,
+             device_kind: str = "auto") -> dict[str, Any]:  # fmt: skip
     """Evaluate the unquantized model on one task and write its result record."""
     started = time.perf_counter()
     device = devices.resolve(device_kind)

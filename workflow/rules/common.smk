@@ -219,18 +219,26 @@ def finetune_point(wildcards):
     return json.dumps(point, sort_keys=True)
 
 
+def _cards(wildcards):
+    """A point's cards: a fine-tuning point's `cards`, a diffusion point's `devices`."""
+    return int(wildcards.get("cards") or wildcards.devices)
+
+
 def point_cards(kind):
     """A resource counting this point's cards where the system's card resource is `kind`."""
-    return lambda wildcards: int(wildcards.cards) if CARD_RESOURCE == kind else 0
+    return lambda wildcards: _cards(wildcards) if CARD_RESOURCE == kind else 0
 
 
 def point_nodes(wildcards):
-    return nodes_for(int(wildcards.cards), SYSTEM)
+    return nodes_for(_cards(wildcards), SYSTEM)
 
 
 def point_threads(wildcards):
     """On the cpu system a card is a process, so a point takes one core per card."""
-    return int(wildcards.cards) if SYSTEM["device"] == "cpu" else 1
+    return _cards(wildcards) if SYSTEM["device"] == "cpu" else 1
+
+
+device_cards, device_nodes, diffusion_threads = point_cards, point_nodes, point_threads
 
 
 DIFFUSION = config["diffusion"]
@@ -262,24 +270,9 @@ def diffusion_point(wildcards):
     return json.dumps(point, sort_keys=True)
 
 
-def diffusion_threads(wildcards):
-    """On the cpu system a device is a process: one core each."""
-    return int(wildcards.devices) if SYSTEM["device"] == "cpu" else 1
-
-
-def device_cards(kind):
-    """A resource counting this point's devices where the system's card resource is `kind`."""
-    return lambda wildcards: int(wildcards.devices) if CARD_RESOURCE == kind else 0
-
-
-def device_nodes(wildcards):
-    return nodes_for(int(wildcards.devices), SYSTEM)
-
-
 def compare_inputs():
-    """Every JSON of the runs to compare (records among them; `compare` tells which), and
-    this study's report where this study is one of the runs, so that it finishes first.
-    """
+    """Every JSON of the runs to compare (`compare` tells records), and this study's report
+    where this study is one of the runs, so that it finishes first."""
     runs = [Path(run) for run in config["compare"]["runs"]]
     files = [
         str(p) for run in runs for p in run.rglob("*.json") if "logs" not in p.parts

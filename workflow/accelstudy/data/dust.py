@@ -1,10 +1,8 @@
 """Galactic dust images for SR3: PySM3 emission, gnomonic patches, high/low-res pairs.
 
-Sources: `pysm` (a PySM dust preset such as d1, d9, d10 from a local copy of the PySM data,
-PySM's own `PYSM_LOCAL_DATA`; nothing is downloaded), `standin` (a random sky from healpy's
-`synfast` with the dust spectrum C_ell ~ ell^-2.42 of Planck 2018 XI, made positive, then the
-same PySM modified black body), or `local` (an npz of images made elsewhere). Intensities
-go to log10 and then to [-1, 1] over the dataset (SR3 works on images in [-1, 1]).
+Sources: `pysm` (a preset from PYSM_LOCAL_DATA, never downloaded), `standin` (a synfast sky
+with Planck's dust spectrum through PySM's modified black body) or `local` (an npz). Images
+go to log10, then to SR3's [-1, 1] over the dataset.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The diffusion scaling sweep: config -> points (devices, repeat), and its checks.
-
-Every check runs as Snakemake reads the config, before any job, with one line naming the
-key and the fix: image sizes the UNet cannot halve, device counts the system lacks, a PySM
-preset without its local template files.
-"""
+"""The diffusion scaling sweep: config -> points (devices, repeat), and its checks, which run
+as Snakemake reads the config (before any job) and name the key and the fix in one line."""
 
 from __future__ import annotations
 

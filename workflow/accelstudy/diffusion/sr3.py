@@ -1,10 +1,8 @@
 """SR3 (Saharia et al. 2021, as Janspiry's PyTorch port) on diffusers' parts.
 
-The network is diffusers' UNet2DModel fed [up-sampled low-res, noisy high-res] as two
-channels and SR3's continuous noise level sqrt(alpha_bar) as its float "timestep"; the
-linear beta schedule is diffusers' DDPMScheduler. Training draws the noise level uniformly
-between two neighbouring steps' sqrt(alpha_bar) and takes the summed L1 distance between
-the true and predicted noise, as the port does. Evaluation samples with a short DDIM schedule.
+UNet2DModel takes [up-sampled low-res, noisy high-res] and SR3's continuous noise level
+sqrt(alpha_bar) as its "timestep"; training draws that level between two steps' and takes
+the summed L1 on the noise, as the port does. Evaluation samples with a short DDIM schedule.
 """
 
 from __future__ import annotations

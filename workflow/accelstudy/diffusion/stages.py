@@ -1,9 +1,5 @@
-"""One strong-scaling point as a pipeline stage: launch its ranks, write its record.
-
-The ranks start through the shared launcher (torchrun, srun across nodes, mpirun on Gaudi),
-with Gaudi's lazy mode, as the authors' port needs. A point whose ranks run out of memory
-is recorded (`does-not-fit`); any other failure leaves no record and fails the job.
-"""
+"""One strong-scaling point as a pipeline stage: launch its ranks, write its record (also
+`does-not-fit`); any other failure leaves no record and fails the job."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """One strong-scaling point on this rank: `python -m accelstudy.diffusion.train --point JSON
 --data PAIRS.npz --out RESULT.json --samples PANEL.npz`, under a launcher or alone.
 
-A loop a reader can hold in their head, as the authors' SR3 port runs it: DDP (NCCL on CUDA,
-HCCL in lazy mode on Gaudi, gloo on the CPU), a distributed sampler so each rank sees its
-own images, Adam, no checkpoints and no validation while timed. The fixed work is
-`total_iterations` = iterations x ranks; after it, rank 0 super-resolves held-out images
-(untimed) for the quality check. Results and failures as every worker's (accelstudy.ranks).
+The authors' SR3 port as a plain loop: DDP, a distributed sampler, Adam, nothing else timed;
+fixed work `total_iterations` = iterations x ranks, then rank 0 checks quality (untimed).
 """
 
 from __future__ import annotations
@@ -124,8 +121,7 @@ def run_point(point: dict[str, Any], data: Path, samples: Path) -> dict[str, Any
 
 def check_quality(unet, point: dict[str, Any], pairs: dict[str, torch.Tensor],
                   samples: Path) -> dict[str, float]:  # fmt: skip
-    """PSNR and SSIM of SR samples and of bicubic up-sampling against the truth; the first
-    images go to the report's panel."""
+    """PSNR and SSIM of SR samples and bicubic against the truth; the images go to the panel."""
     count = point["quality"]["images"]
     lr, hr = pairs["lr_val"][:count], pairs["hr_val"][:count]
     size = hr.shape[-1]

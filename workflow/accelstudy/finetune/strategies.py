@@ -1,12 +1,9 @@
 """DDP, ZeRO-3 and FSDP as the authors configured them, made real on CPU (gloo) as well.
 
-Through the Hugging Face Trainer alone, two strategies quietly degrade on a CPU. FSDP:
-accelerate enables its plugin on accelerators only (on CPU it wraps the model in DDP), so
-`StrategyTrainer` puts the plugin into accelerate's state. ZeRO-3: with `use_cpu` the Trainer
-drops DeepSpeed, and without it accelerate starts no process group (and refuses bf16), so
-`prepare_state` creates accelerate's DeepSpeed state on gloo first, for the arguments to reuse;
-the model loads after them, so `from_pretrained` partitions it as it loads (zero.Init).
-On Gaudi the recipe goes to optimum-habana's GaudiTrainer (gaudi_*), as the authors' runs did.
+The Trainer alone quietly degrades two on a CPU: accelerate enables FSDP on accelerators only
+(`StrategyTrainer` puts the plugin into its state), and with `use_cpu` it drops DeepSpeed
+(`prepare_state` creates DeepSpeed's state on gloo first; the model then loads partitioned,
+zero.Init). On Gaudi the recipe goes to optimum-habana's GaudiTrainer, as the authors' did.
 """
 
 from __future__ import annotations
@@ -54,9 +51,8 @@ def process_env(local_processes: int) -> dict[str, str]:
 
 
 def deepspeed_config(point: dict[str, Any]) -> dict[str, Any]:
-    """The authors' ZeRO stage-3 settings; the Trainer fills in the batch sizes. DeepSpeed keeps
-    parameters under the persistence threshold (1e5 elements, as the authors left it) whole on
-    every rank; a point may set `zero3_persistence_threshold`, e.g. 0 to shard a tiny model."""
+    """The authors' ZeRO-3 settings (the Trainer fills in batch sizes); parameters under the
+    persistence threshold stay whole on every rank: `zero3_persistence_threshold` 0 shards all."""
     zero: dict[str, Any] = {"stage": 3, "overlap_comm": False, "contiguous_gradients": False,
                             "stage3_gather_16bit_weights_on_model_save": True}  # fmt: skip
     if point.get("zero3_persistence_threshold") is not None:
@@ -69,11 +65,9 @@ def deepspeed_config(point: dict[str, Any]) -> dict[str, Any]:
 
 
 def fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
-    """The authors' FSDP in FSDP2 terms: decoder-layer auto wrap (peft's policy adds each LoRA
-    layer, as their script did), FULL_SHARD = reshard after forward, no offload; FSDP2 always
-    keeps the original parameters and prefetches the next all-gather in backward (their
-    use_orig_params, BACKWARD_PRE). FSDP1, which transformers deprecates, fails on one process
-    with tied embeddings (SmolLM2) when it falls back to NO_SHARD."""
+    """The authors' FSDP in FSDP2 terms (decoder-layer auto wrap, FULL_SHARD, no offload; FSDP2
+    always has their use_orig_params and BACKWARD_PRE). FSDP1 fails on one process with tied
+    embeddings (SmolLM2) when it falls back to NO_SHARD."""
     return {
         "version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "transformer_layer_cls_to_wrap": layer_classes, "reshard_after_forward": True,
@@ -97,10 +91,8 @@ def prepare_state(strategy: str, device_kind: str) -> None:
 
 
 def recipe_arguments(point: dict[str, Any], output_dir: Path) -> dict[str, Any]:
-    """The authors' recipe, on every device. lr_scheduler 'constant' has no warm-up, so their
-    --warmup_ratio 0.03 changed nothing and is not passed; nothing is evaluated. Nothing is
-    saved either, unless the point asks for checkpoints to resume from (`checkpoint_steps`):
-    the newest is kept, the older removed only once the newer is complete."""
+    """The authors' recipe on every device (constant lr: their warmup_ratio did nothing and is
+    not passed); nothing is evaluated or saved unless `checkpoint_steps` asks (newest kept)."""
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir), "max_steps": point["max_steps"],
         "per_device_train_batch_size": point["per_device_batch"],
@@ -158,12 +150,10 @@ def gaudi_fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def gaudi_training_arguments(
-    point: dict[str, Any], output_dir: Path, layer_classes: list[str]
-) -> Any:
-    """The recipe as optimum-habana's GaudiTrainingArguments, as the authors' run_lora_clm.py
-    runs took it: lazy mode, or torch.compile on the hpu_backend without fwd/bwd pipelining;
-    ZeRO-3 with the same DeepSpeed config as elsewhere; FSDP fully sharded, auto-wrapped."""
+def gaudi_training_arguments(point: dict[str, Any], output_dir: Path,
+                             layer_classes: list[str]) -> Any:  # fmt: skip
+    """The recipe as GaudiTrainingArguments, as the authors' run_lora_clm.py took it: lazy mode
+    or torch.compile (hpu_backend, no fwd/bwd pipelining); ZeRO-3 and FSDP as elsewhere."""
     from optimum.habana import GaudiTrainingArguments
 
     compiled = gaudi_mode(point) == "compile"
@@ -193,9 +183,8 @@ def gaudi_model_flags(point: dict[str, Any]) -> dict[str, bool]:
 
 
 def gaudi_trainer(point: dict[str, Any], model: Any, args: Any, **kwargs: Any) -> Any:
-    """optimum-habana's GaudiTrainer with the shipped Gaudi config. As run_lora_clm.py: the
-    model flags go on the model's generation config, where the trainer reads them, and
-    FSDP wraps each LoRA layer as well (peft's policy) on top of the decoder layers."""
+    """GaudiTrainer with the shipped Gaudi config; as run_lora_clm.py, the model flags go on the
+    generation config (where it reads them) and FSDP also wraps each LoRA layer (peft's policy)."""
     from optimum.habana import GaudiConfig, GaudiTrainer
 
     for key, value in gaudi_model_flags(point).items():
@@ -239,11 +228,9 @@ def _bytes(tensor: torch.Tensor | None) -> int:
 
 
 def held_bytes(model: torch.nn.Module, optimizer: Any) -> dict[str, int]:
-    """Bytes of the model states this rank holds, from its own tensors, while gradients exist
-    (after the optimizer step). DDP: everything; FSDP2: each tensor's local shard. ZeRO-3: each
-    parameter's partition (`ds_tensor`) plus any whole copy DeepSpeed keeps (under the
-    persistence threshold), the fp32 masters (unless they are the partitions themselves, as in
-    fp32 training), the flat gradient-partition buffer and the optimizer's states."""
+    """Bytes of the model states this rank holds after the optimizer step, from its own tensors
+    (FSDP2: local shards; ZeRO-3: partitions, whole copies under the persistence threshold,
+    fp32 masters unless they are the partitions, the gradient-partition buffer)."""
     counts = dict.fromkeys(STATE_KEYS, 0)
     for param in model.parameters():
         kind = "params_trainable" if param.requires_grad else "params_frozen"

@@ -1,9 +1,7 @@
 """One fine-tuning point on this rank: `python -m accelstudy.finetune.train --point JSON
---model-dir DIR --out RESULT.json`, under torchrun or alone (then as a 1-process group).
-
-Results, out-of-memory and failures as every worker's (accelstudy.ranks): a retry starts the
-point afresh, or from the newest checkpoint where the point keeps them (`checkpoint_steps`,
-beside the result); such a result says so, and its speed is not a clean measurement."""
+--model-dir DIR --out RESULT.json`, under torchrun or alone; results and failures as
+accelstudy.ranks. A retry resumes from the newest checkpoint where the point keeps them
+(`checkpoint_steps`), and its result says its speed is not a clean measurement."""
 
 from __future__ import annotations
 
@@ -33,9 +31,8 @@ WARMUP_NOTE = "lr_scheduler constant ignores warm-up: the authors' warmup_ratio 
 
 
 class Meter(TrainerCallback):
-    """Runtime, the clock after the warm-up steps (as `--throughput_warmup_steps`) of this
-    run (which starts past step 0 when resumed), the losses, and the model-state bytes this
-    rank holds right after each optimizer step."""
+    """Runtime, the clock after this run's warm-up steps (as `--throughput_warmup_steps`), the
+    losses, and the model-state bytes this rank holds right after each optimizer step."""
 
     def __init__(self, warmup_steps: int) -> None:
         self.warmup_steps = warmup_steps
@@ -84,9 +81,8 @@ def decoder_layer_classes(model_dir: Path) -> list[str]:
 
 
 def load_model(model_dir: Path, point: dict[str, Any], device_kind: str = "cpu"):
-    """The prepared model in the point's dtype and attention, with LoRA (peft) if asked.
-    Adapters take the model's dtype, as the authors' `lora_model.to(bfloat16)` did. On Gaudi
-    the attention is optimum-habana's, switched by strategies.gaudi_model_flags."""
+    """The prepared model in the point's dtype and attention (on Gaudi: gaudi_model_flags), with
+    LoRA adapters in the model's dtype, as the authors' `lora_model.to(bfloat16)`."""
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

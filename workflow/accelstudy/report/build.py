@@ -91,9 +91,8 @@ def _html(section: Section) -> str:
     return "\n".join(parts)
 
 
-def _ptq_sections(
-    records: pd.DataFrame, ours: pd.DataFrame, published: pd.DataFrame
-) -> list[Section]:
+def _ptq_sections(records: pd.DataFrame, ours: pd.DataFrame,
+                  published: pd.DataFrame) -> list[Section]:  # fmt: skip
     """Table 1 (ours, then published), Fig. 1 and the trade-off figure, where PTQ ran."""
     if ours.empty:
         return []
@@ -101,19 +100,16 @@ def _ptq_sections(
     who = f"{', '.join(quantized['model'].unique())}; {', '.join(quantized['data'].unique())}"
     return [
         Section(f"Table 1, ours ({who} data): mixed-precision PTQ", TABLE1_NOTE, ours),
-        Section(
-            "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)",
-            PUBLISHED_NOTE,
-            published_table1(published),
-        ),
+        Section("Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / "
+                "A100)", PUBLISHED_NOTE, published_table1(published)),
         Section("Fig. 1: pruning sensitivity, tasks side by side", figure="sensitivity.png"),
         Section("Quality against compression", TRADEOFF_NOTE, figure="tradeoff.png"),
-    ]
+    ]  # fmt: skip
 
 
 def _finetune_sections(records: pd.DataFrame, tables: Path, folder: Path) -> list[Section]:
-    """Fig. 2, the table of points and the findings where fine-tuning ran; the table and the
-    figures (placeholders) are written in every study, as the rule declares them."""
+    """Fig. 2, the table of points and the findings where fine-tuning ran; the table and figures
+    (placeholders) are written in every study, as the rule declares them."""
     runs = finetune.finetune_runs(records)
     points = finetune.finetune_points(runs)
     table = finetune.finetune_table(points)
@@ -154,8 +150,7 @@ def _diffusion_sections(records: pd.DataFrame, tables: Path, folder: Path) -> li
 
 def _ptq_figures(records: pd.DataFrame, published: pd.DataFrame, sensitivity: pd.DataFrame,
                  calibration: dict[str, int | None], folder: Path) -> None:  # fmt: skip
-    """Fig. 1 and the trade-off figure; a placeholder saying why where PTQ did not run (the
-    rule declares them in every study)."""
+    """Fig. 1 and the trade-off figure, or placeholders saying why (the rule declares both)."""
     points = tradeoff_points(records, published)
     if sensitivity.empty:
         figures.placeholder(folder / "sensitivity.png", "no sensitivity tables in this study")
@@ -167,16 +162,10 @@ def _ptq_figures(records: pd.DataFrame, published: pd.DataFrame, sensitivity: pd
         figures.tradeoff_figure(points, folder / "tradeoff.png")
 
 
-def build_report(
-    study: str,
-    record_paths: Iterable[str | Path],
-    results_dir: Path,
-    *,
-    sensitivity: Iterable[str | Path] = (),
-    assignments: Iterable[str | Path] = (),
-    calibration: Mapping[str, int | None] | None = None,
-    bit_lists: Sequence[Sequence[int]] = (),
-) -> Path:
+def build_report(study: str, record_paths: Iterable[str | Path], results_dir: Path, *,
+                 sensitivity: Iterable[str | Path] = (), assignments: Iterable[str | Path] = (),
+                 calibration: Mapping[str, int | None] | None = None,
+                 bit_lists: Sequence[Sequence[int]] = ()) -> Path:  # fmt: skip
     """Build the study report from records (and, with PTQ, the gathered sensitivity tables,
     the bit assignments, ptq.calibration_limit and ptq.bit_lists); return index.html."""
     results_dir = Path(results_dir)
@@ -192,14 +181,9 @@ def build_report(
     figures.baseline_figure(records, report_dir / "figures" / "baseline.png")
     table = collect_sensitivity(sensitivity, assignments)
     _ptq_figures(records, published, table, dict(calibration or {}), report_dir / "figures")
-    has_standin = (records["data"] == "stand-in").any()
+    standin = STANDIN_NOTE if (records["data"] == "stand-in").any() else ""
     sections = [
-        Section(
-            "Baseline (FP32) beside the published numbers",
-            STANDIN_NOTE if has_standin else "",
-            baseline,
-            "baseline.png",
-        ),
+        Section("Baseline (FP32) beside the published numbers", standin, baseline, "baseline.png"),
         *_ptq_sections(records, ours, published),
         *_finetune_sections(records, tables, report_dir / "figures"),
         *_diffusion_sections(records, tables, report_dir / "figures"),

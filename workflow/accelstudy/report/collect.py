@@ -25,29 +25,23 @@ def flatten(record: dict) -> dict:
     metrics = record["metrics"]
     primary = metrics.get("primary_metric")
     rank0 = (metrics.get("model_state_bytes") or [{}])[0]
+    provenance = record["provenance"]
     row = {
-        "study": record["study"],
-        "stage": record["stage"],
-        "system": record["system"],
-        "device": record["device"],
-        "model": record["model"],
-        "task": record["task"],
-        "method": record["method"],
+        **{key: record[key] for key in ("study", "stage", "system", "device", "model", "task",
+                                        "method")},
         "protocol": record.get("protocol", ""),
         "data": SOURCE_LABELS.get(record["data_source"], record["data_source"]),
-        "metric": primary,
-        "value": metrics.get(primary) if primary else None,
+        "metric": primary, "value": metrics.get(primary) if primary else None,
         "tokens_per_s": metrics.get("tokens_per_s", NAN),
         "peak_memory_mib": round(metrics.get("peak_memory_bytes", NAN) / 2**20, 1),
         "status": metrics.get("status", ""),
         "peak_memory_method": metrics.get("peak_memory_method", ""),
         **{key: record["parameters"].get(key) for key in POINT_KEYS},
         "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),
-        "wall_time_s": metrics["wall_time_s"],
-        "git_commit": record["provenance"]["git_commit"],
-        "config_hash": record["provenance"]["config_hash"],
-        "device_name": record["provenance"]["hardware"].get("device_name", ""),
-    }
+        "wall_time_s": metrics["wall_time_s"], "git_commit": provenance["git_commit"],
+        "config_hash": provenance["config_hash"],
+        "device_name": provenance["hardware"].get("device_name", ""),
+    }  # fmt: skip
     for key, value in metrics.items():
         for name, number in value.items() if isinstance(value, dict) else [("", value)]:
             column = f"{key}_{name}" if name else key
@@ -69,13 +63,10 @@ def _assigned(spec: dict, name: str, layer: int) -> int:
     return spec["module_bits"][name] if "module_bits" in spec else spec["layer_bits"][str(layer)]
 
 
-def collect_sensitivity(
-    tables: Iterable[str | Path], assignments: Iterable[str | Path]
-) -> pd.DataFrame:
-    """Gathered sensitivity tables, one row per (model, task, target), with the bits every
-    bit list assigned ("16 / 8 / 8", in the paper's order of the lists). Model and task come
-    from the paths: ptq/{model}/{task}/sensitivity/{granularity}.csv and
-    ptq/{model}/{task}/{granularity}/bits-{bits}/assignment.json."""
+def collect_sensitivity(tables: Iterable[str | Path],
+                        assignments: Iterable[str | Path]) -> pd.DataFrame:  # fmt: skip
+    """Gathered sensitivity tables, a row per (model, task, target), with the bits every bit
+    list assigned ("16 / 8 / 8", in the paper's order); model and task come from the paths."""
     specs: dict[tuple[str, str], list[dict]] = {}
     for path in map(Path, assignments):
         specs.setdefault((path.parents[3].name, path.parents[2].name), []).append(
@@ -83,17 +74,13 @@ def collect_sensitivity(
         )
     frames = []
     for path in map(Path, tables):
-        frame = pd.read_csv(path).assign(model=path.parents[2].name)
-        found = {
-            bits_label(s["bits"]): s
-            for s in specs.get((path.parents[2].name, path.parents[1].name), [])
-        }
+        model, task = path.parents[2].name, path.parents[1].name
+        frame = pd.read_csv(path).assign(model=model)
+        found = {bits_label(s["bits"]): s for s in specs.get((model, task), [])}
         order = bit_order(found)
         frame["bit_lists"] = " / ".join(order)
-        frame["bits"] = [
-            " / ".join(str(_assigned(found[b], n, i)) for b in order)
-            for n, i in zip(frame["name"], frame["layer"], strict=True)
-        ]
+        frame["bits"] = [" / ".join(str(_assigned(found[b], n, i)) for b in order)
+                         for n, i in zip(frame["name"], frame["layer"], strict=True)]  # fmt: skip
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

@@ -1,11 +1,8 @@
 """`accelstudy compare RUN... --out DIR`: runs of one study at several sites, side by side.
 
-A record meets another system's only where both measured the same work: the same stage,
-model, task, protocol, data source, method and every parameter, except what a system is
-compared on (its precision, `dtype`), the repeat, and values derived from the run (where
-its prepared data lives, the bit map its own sensitivity chose). Stand-in data never meets
-real data: the data source is part of the work. Every record without a counterpart is
-listed with the keys that differ.
+Records meet only where both measured the same work: every key but the systems' precision,
+the repeat and run-derived values (see NOT_WORK), so stand-in data never meets real data.
+Every record without a counterpart is listed with the keys that differ.
 """
 
 from __future__ import annotations
@@ -58,8 +55,8 @@ def work(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def find_records(run: Path) -> list[Path]:
-    """The record files of one results directory (`results/<study>`); chunks of sensitivity,
-    bit assignments and data cards are JSON too but not records."""
+    """The record files of `results/<study>` (sensitivity chunks, bit assignments and data
+    cards are JSON too, but not records)."""
     if not run.is_dir() or not any((run / stage).is_dir() for stage in (*STAGES, "ptq")):
         raise CompareError(
             f"'{run}' is not a results directory: pass results/<study> folders of finished "
@@ -151,12 +148,9 @@ def split(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _quantities(records: pd.DataFrame) -> list[tuple[str, str]]:
     """(stage, column) pairs a ratio is taken of: each stage's speeds and its metric value."""
-    return [
-        (stage, column)
-        for stage in STAGES
-        if (records["stage"] == stage).any()
-        for column in [*SPEEDS[stage], *(["value"] if stage in STAGES[:2] else [])]
-    ]
+    present = [stage for stage in STAGES if (records["stage"] == stage).any()]
+    metric = ["value"]  # baseline and quantized records carry a primary metric
+    return [(s, c) for s in present for c in SPEEDS[s] + (metric if s in STAGES[:2] else [])]
 
 
 def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:

@@ -1,7 +1,5 @@
-"""Part 3 in the report: Fig. 3 (the published SR3 minutes for fixed work against devices, and
-the speed-up with ours beside them), a table of our strong-scaling points and a panel of
-held-out images. Our minutes are for a small model on CPU processes, not the paper's, so the
-figure sets ours beside theirs only as speed-up against each one's own single device."""
+"""Part 3 in the report: Fig. 3, a table of our strong-scaling points and held-out images. Our
+minutes are a small model's, not the paper's: ours appear only as speed-up over one device."""
 
 from __future__ import annotations
 
@@ -41,8 +39,8 @@ SAMPLES_NOTE = "Held-out images of the first point that ran: input, SR3 output, 
 
 
 def diffusion_runs(records: pd.DataFrame) -> pd.DataFrame:
-    """One row per SR3 record (a repeat of a point): its training minutes, its speed-up
-    against the median of its system's single-device repeats, its samples npz (beside it)."""
+    """A row per SR3 record (a repeat): training minutes, speed-up over the median of its
+    system's single-device repeats, and its samples npz (beside it)."""
     runs = records[records["stage"] == "diffusion"]
     if runs.empty:
         return runs
@@ -57,8 +55,8 @@ def diffusion_runs(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def diffusion_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """A row per (system, devices) as the report and tables/diffusion.csv show it; headed but
-    empty where no SR3 point was recorded."""
+    """A row per (system, devices) as the report and tables/diffusion.csv show it (headed but
+    empty where no SR3 point was recorded)."""
     if runs.empty:
         return pd.DataFrame(columns=list(COLUMNS.values()))
     ok = runs[runs["status"] == "ok"].assign(peak=runs["peak_memory_mib"])
@@ -165,8 +163,8 @@ def note(runs: pd.DataFrame) -> str:
 
 
 def write_figures(runs: pd.DataFrame, folder: Path) -> None:
-    """Fig. 3 and the image panel; placeholders saying why where nothing ran (the rule
-    declares them in every study). A samples npz is empty where its point did not run."""
+    """Fig. 3 and the image panel, or placeholders saying why (the rule declares both); a
+    samples npz is empty where its point did not run."""
     if runs.empty:
         for name in FIGURES:
             placeholder(folder / name, "no diffusion records in this study")

@@ -39,13 +39,10 @@ def baseline_figure(records: pd.DataFrame, out: Path) -> Path:
     accuracy = data[data["metric"] == "accuracy"]
     if not accuracy.empty:
         sns.barplot(data=accuracy, x="label", y="value", hue="model", ax=axes[0])
-        axes[0].set_ylabel("accuracy")
-        axes[0].set_ylim(0, 1)
+        axes[0].set(ylabel="accuracy", ylim=(0, 1), title="Multiple-choice accuracy (FP32)")
         axes[0].axhline(0.25, ls=":", c="grey")
-        axes[0].set_title("Multiple-choice accuracy (FP32)")
     sns.barplot(data=data, x="label", y="tokens_per_s", hue="model", ax=axes[1])
-    axes[1].set_ylabel("tokens / s")
-    axes[1].set_title("Evaluation throughput")
+    axes[1].set(ylabel="tokens / s", title="Evaluation throughput")
     for ax in axes:
         ax.set_xlabel("")
         ax.tick_params(axis="x", labelsize=8)
@@ -71,8 +68,8 @@ def _sensitivity_bars(ax: plt.Axes, frame: pd.DataFrame, legend: str) -> None:
     sns.barplot(data=frame, x="name", y="score", hue="bits", hue_order=levels, palette=palette,
                 dodge=False, ax=ax)  # fmt: skip
     ax.legend(title=legend, fontsize=7, title_fontsize=7)
-    ax.set_xlabel("pruned target")
-    ax.set_ylabel(f"sensitivity: {SCORE_LABELS[frame['metric_kind'].iloc[0]]}")
+    score = SCORE_LABELS[frame["metric_kind"].iloc[0]]
+    ax.set(xlabel="pruned target", ylabel=f"sensitivity: {score}")
     ax.tick_params(axis="x", rotation=90, labelsize=7)
 
 
@@ -111,9 +108,8 @@ def fig1(frame: pd.DataFrame, calibration: dict[str, int | None], out: Path) -> 
 
 
 def tradeoff_figure(points: pd.DataFrame, out: Path) -> Path:
-    """Quality against compression, a panel per task; one row per panel group, so the
-    published TinyLlama-1.1B points never share axes with the stand-in runs. Colours and
-    markers mean the same in every panel; FP32 is black."""
+    """Quality against compression, a panel per task and a row per panel group, so published
+    points never share axes with ours; colours and markers alike in every panel, FP32 black."""
     lists = bit_order(b for b in points["bit list"] if b != "FP32")
     palette = {"FP32": "black", **dict(zip(lists, sns.color_palette("tab10"), strict=False))}
     styles = list(dict.fromkeys(["FP32", *points["recipe / system"]]))
@@ -126,8 +122,7 @@ def tradeoff_figure(points: pd.DataFrame, out: Path) -> Path:
                         hue_order=[b for b in palette if b in set(part["bit list"])],
                         palette=palette, style="recipe / system", markers=markers, s=90,
                         ax=ax)  # fmt: skip
-        ax.set_xlabel("compression ratio (FP32 = 1)")
-        ax.set_ylabel(part["metric"].iloc[0])
+        ax.set(xlabel="compression ratio (FP32 = 1)", ylabel=part["metric"].iloc[0])
         ax.set_title(f"{task}: {panel}", fontsize=10)
         ax.legend(fontsize=7)
     return _save(fig, out)

@@ -1,7 +1,5 @@
-"""Part 2 in the report: Fig. 2 (throughput and time against cards; DDP vs ZeRO-3 vs FSDP for
-one model), a table of points with speed-up, scaling efficiency and the planner beside the
-measured memory, and the paper's findings beside ours. Points that did not run are holes to
-show, not rows to drop."""
+"""Part 2 in the report: Fig. 2, a table of points (speed-up, efficiency, planned vs measured
+memory) and the paper's findings beside ours. Points that did not run are holes to show."""
 
 from __future__ import annotations
 
@@ -62,8 +60,8 @@ def _rank(column: pd.Series) -> pd.Series:
 
 
 def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
-    """One row per fine-tuning record (a repeat of a point), strategies by the paper's names,
-    with the seconds a fixed amount of work takes."""
+    """A row per fine-tuning record (a repeat), strategies by the paper's names, with the
+    seconds a fixed amount of work takes."""
     runs = records[records["stage"] == "finetune"]
     runs = runs.assign(**{c: runs.get(c, float("nan")) for c in METRICS})
     runs = runs.assign(
@@ -176,8 +174,8 @@ def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
 
 def mark_holes(ax: plt.Axes, holes: pd.DataFrame, xs: Sequence[float],
                palette: dict[str, tuple], vertical: bool = False) -> None:  # fmt: skip
-    """An x at the bottom of the panel (at xs) for each point that did not run, labelled why
-    (call it once the x limits are set): upright in an empty bar slot, else stacked inwards."""
+    """An x at the panel's bottom (at xs, once the x limits are set) per point that did not run,
+    labelled why: upright in an empty bar slot, else stacked inwards."""
     bottom, (left, right) = ax.get_xaxis_transform(), ax.get_xlim()
     for k, ((_, r), at) in enumerate(zip(holes.iterrows(), xs, strict=True)):
         ax.scatter([at], [0.02], marker="x", s=60, color=palette[r["strategy"]],
@@ -232,8 +230,8 @@ def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
 
 
 def largest_model(runs: pd.DataFrame) -> str:
-    """The model with the most parameter bytes as the planner counts them (a DDP card holds
-    them all, a sharded one 1/cards); the first where none was planned."""
+    """The model with the most parameter bytes as planned (a DDP card holds them all, a sharded
+    one 1/cards); the first where none was planned."""
     whole = runs["metric_predicted_parameters"] * runs["cards"].where(runs["strategy"] != "DDP", 1)
     return runs.loc[whole.fillna(0).idxmax(), "model"]
 
@@ -268,8 +266,7 @@ def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
 
 
 def write_figures(runs: pd.DataFrame, points: pd.DataFrame, folder: Path) -> None:
-    """Fig. 2a and 2b, or placeholders saying why where no fine-tuning ran (the rule declares
-    them in every study)."""
+    """Fig. 2a and 2b, or placeholders saying why (the rule declares them in every study)."""
     for name, draw in zip(FIGURES, (fig2a, fig2b), strict=True):
         if runs.empty:
             placeholder(folder / name, "no fine-tuning records in this study")

@@ -70,8 +70,8 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
 
 
 def _wide(long: list[dict], index: list[str], columns: Sequence[str]) -> pd.DataFrame:
-    """Long (index..., column, value) rows -> one row per index in order of appearance, the
-    columns in the given order (those that occur)."""
+    """Long (index..., column, value) rows -> a row per index in order of appearance, the
+    columns that occur in the given order."""
     if not long:
         return pd.DataFrame()
     frame = pd.DataFrame(long)
@@ -132,9 +132,8 @@ def published_long(published: pd.DataFrame) -> pd.DataFrame:
     for (task, system, split), group in table.groupby(["task", "system", "split"], sort=False):
         fp32 = base[(base["task"] == task) & (base["split"] == split)
                     & base["system"].isin([system, "paper"])]  # fmt: skip
-        metric = metric_label(
-            group["metric"].iloc[0], TIE_RULES[system] if task == "boolq" else None
-        )
+        ties = TIE_RULES[system] if task == "boolq" else None
+        metric = metric_label(group["metric"].iloc[0], ties)
         methods = ["FP32", *group["method"]]
         values = [fp32["value"].iloc[0], *group["value"]]
         for method, value in zip(methods, values, strict=True):
@@ -165,9 +164,8 @@ def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFr
     quantized = _quantized(records)
     keys = quantized[["model", "task"]].drop_duplicates()
     fp32 = _fp32(records).merge(keys)
-    ours = pd.concat(
-        [fp32.assign(bits="FP32", recipe="FP32", metric_compression_ratio=1.0), quantized]
-    )
+    fp32 = fp32.assign(bits="FP32", recipe="FP32", metric_compression_ratio=1.0)
+    ours = pd.concat([fp32, quantized])
     pub = published_long(published).dropna(subset=["compression"])
     pub = pub[pub["task"].isin(keys["task"])]
     shown = [display(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)]
