@@ -7,7 +7,6 @@ go to log10, then to SR3's [-1, 1] over the dataset.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +83,15 @@ def downsample(images: torch.Tensor, scale: int, method: str) -> torch.Tensor:
     return F.interpolate(images, size=size, mode="bicubic", antialias=True, align_corners=False)
 
 
+def scaled(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    """[low, high] -> [-1, 1], as float32."""
+    return (2 * (values - low) / max(high - low, 1e-12) - 1).astype(np.float32)
+
+
 def to_unit_range(images: np.ndarray, log: bool) -> tuple[np.ndarray, dict[str, float]]:
     values = np.log10(images) if log else images
     low, high = float(values.min()), float(values.max())
-    scaled = 2 * (values - low) / max(high - low, 1e-12) - 1
-    return scaled.astype(np.float32), {"log10": log, "min": low, "max": high}
+    return scaled(values, low, high), {"log10": log, "min": low, "max": high}
 
 
 def local_images(spec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -128,8 +131,7 @@ def prepare_dust(spec: dict[str, Any], seed: int, out: Path, card: Path) -> dict
     if lr is None:
         lr_t = downsample(hr_t, spec["scale"], spec["downsample"])
     else:
-        low, high = normalisation["min"], normalisation["max"]
-        lr_t = torch.from_numpy((2 * (lr - low) / max(high - low, 1e-12) - 1).astype(np.float32))
+        lr_t = torch.from_numpy(scaled(lr, normalisation["min"], normalisation["max"]))
         lr_t = lr_t.unsqueeze(1)
     with atomic_open(out, "wb") as handle:
         np.savez(handle, hr=hr_t.numpy(), lr=lr_t.numpy(), validation=spec["validation_patches"])
@@ -151,7 +153,3 @@ def load_pairs(path: Path) -> dict[str, torch.Tensor]:
         hr, lr = torch.from_numpy(data["hr"]), torch.from_numpy(data["lr"])
         split = len(hr) - int(data["validation"])
     return {"hr": hr[:split], "lr": lr[:split], "hr_val": hr[split:], "lr_val": lr[split:]}
-
-
-def read_card(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())

@@ -11,9 +11,8 @@ from typing import Any
 
 from accelstudy import device as devices
 from accelstudy.config import config_hash, load_system
-from accelstudy.data.dust import read_card
 from accelstudy.launch import RanksDevice, run_ranks
-from accelstudy.records import job_record, write_record
+from accelstudy.records import job_record, read_record, write_record
 
 log = logging.getLogger("accelstudy")
 WORKER = "accelstudy.diffusion.train"
@@ -27,7 +26,7 @@ def diffusion_point(*, study: str, system: str, point: dict[str, Any], data: Pat
     started = time.perf_counter()
     machine = load_system(system)
     device = devices.resolve(device_kind)
-    data_card = read_card(card)
+    data_card = read_record(card)  # the data card: plain JSON
     result = out.with_name(f".{out.stem}.ranks.json")
     args = ["--point", json.dumps(point), "--data", str(data), "--out", str(result),
             "--samples", str(samples)]  # fmt: skip

@@ -16,7 +16,10 @@ import jsonschema
 import pandas as pd
 
 from accelstudy.records import SCHEMA_VERSION, validate_record
-from accelstudy.report.collect import flatten
+from accelstudy.report import diffusion, finetune, tables
+from accelstudy.report.build import Section, write_csv, write_pages, write_records
+from accelstudy.report.collect import flatten, load_published
+from accelstudy.report.figures import _save
 
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
 # what a system is compared on, the repeat, and what a run derives: not part of the work
@@ -54,9 +57,9 @@ def work(record: dict[str, Any]) -> dict[str, Any]:
     return {**top, **kept}
 
 
-def find_records(run: Path) -> list[Path]:
-    """The record files of `results/<study>` (sensitivity chunks, bit assignments and data
-    cards are JSON too, but not records)."""
+def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(path, record) of every record of `results/<study>` (sensitivity chunks, bit
+    assignments and data cards are JSON too, but not records)."""
     if not run.is_dir() or not any((run / stage).is_dir() for stage in (*STAGES, "ptq")):
         raise CompareError(
             f"'{run}' is not a results directory: pass results/<study> folders of finished "
@@ -79,7 +82,7 @@ def find_records(run: Path) -> list[Path]:
             validate_record(record)
         except jsonschema.ValidationError as exc:
             raise CompareError(f"{path}: not a valid record: {exc.message}") from None
-        found.append(path)
+        found.append((path, record))
     if not found:
         raise CompareError(f"'{run}' holds no result records; has its study run?")
     return found
@@ -89,8 +92,7 @@ def load(runs: Sequence[Path]) -> pd.DataFrame:
     """One row per record of every run: the report's columns, the work, provenance."""
     rows = []
     for run in runs:
-        for path in find_records(Path(run)):
-            record = json.loads(path.read_text())
+        for path, record in find_records(Path(run)):
             measured = work(record)
             provenance = record["provenance"]
             rows.append({
@@ -190,7 +192,8 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     if reference not in systems:
         raise CompareError(f"--reference '{reference}' is none of the runs' systems {systems}")
     matched, left_out = split(records)
-    index = write_comparison(records, matched, left_out, ratios(matched, reference), Path(out))
+    index = write_comparison(records, matched, left_out, ratios(matched, reference), reference,
+                             Path(out))  # fmt: skip
     print(index)
     return index
 
@@ -218,8 +221,6 @@ def _tradeoff(points: pd.DataFrame, out: Path) -> None:
     """Quality against compression, a panel per task: hue the system, marker the bit list."""
     import seaborn as sns
 
-    from accelstudy.report.figures import _save
-
     grid = sns.relplot(data=points, x="compression", y="value", hue="system", style="bit list",
                        col="task", kind="scatter", s=90, facet_kws={"sharey": False})  # fmt: skip
     for ax, (_, part) in zip(grid.axes.flat, points.groupby("task", sort=False), strict=False):
@@ -228,9 +229,6 @@ def _tradeoff(points: pd.DataFrame, out: Path) -> None:
 
 
 def _ptq(matched: pd.DataFrame, folder: Path) -> list:
-    from accelstudy.report import tables
-    from accelstudy.report.build import Section
-    from accelstudy.report.collect import load_published
 
     quantized = matched[matched["stage"] == "quantized"]
     if quantized.empty:
@@ -251,9 +249,7 @@ def _ptq(matched: pd.DataFrame, folder: Path) -> list:
     ]
 
 
-def _finetune(matched: pd.DataFrame, reference: str, folder: Path) -> list:
-    from accelstudy.report import finetune
-    from accelstudy.report.build import Section
+def _finetune(matched: pd.DataFrame, folder: Path) -> list:
 
     runs = finetune.finetune_runs(matched)
     if runs.empty:
@@ -269,8 +265,6 @@ def _finetune(matched: pd.DataFrame, reference: str, folder: Path) -> list:
 
 
 def _diffusion(matched: pd.DataFrame, folder: Path) -> list:
-    from accelstudy.report import diffusion
-    from accelstudy.report.build import Section
 
     runs = diffusion.diffusion_runs(matched)
     if runs.empty:
@@ -285,16 +279,14 @@ def _diffusion(matched: pd.DataFrame, folder: Path) -> list:
 
 
 def write_comparison(records: pd.DataFrame, matched: pd.DataFrame, left_out: pd.DataFrame,
-                     ratio: pd.DataFrame, out: Path) -> Path:  # fmt: skip
+                     ratio: pd.DataFrame, reference: str, out: Path) -> Path:  # fmt: skip
     """The comparative report: tables under out/tables, figures under out/figures."""
-    from accelstudy.report.build import Section, write_csv, write_pages, write_records
 
     tables, folder = out / "tables", out / "figures"
     write_records(records, tables)
     write_csv(matched[PROVENANCE], tables / "matched.csv")
     write_csv(left_out, tables / "left_out.csv")
     write_csv(ratio, tables / "ratios.csv")
-    reference = ratio["reference"].iloc[0] if not ratio.empty else "-"
     runs = records.groupby(["run", "system", "accelerator"], sort=False).agg(
         records=("record", "size"), commits=("git_commit", lambda c: ", ".join(c.unique()))
     ).reset_index()  # fmt: skip
@@ -302,7 +294,7 @@ def write_comparison(records: pd.DataFrame, matched: pd.DataFrame, left_out: pd.
         Section("Runs", "", runs),
         Section(f"Ratios against {reference}", NOTE, ratio),
         *_ptq(matched, folder),
-        *_finetune(matched, reference, folder),
+        *_finetune(matched, folder),
         *_diffusion(matched, folder),
         Section("Left out: records without a counterpart, and the keys that differ", "",
                 left_out.drop(columns=["run"])),
