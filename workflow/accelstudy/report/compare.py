@@ -148,11 +148,16 @@ def split(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return matched, left.reset_index(drop=True)
 
 
-def _quantities(records: pd.DataFrame) -> list[tuple[str, str]]:
-    """(stage, column) pairs a ratio is taken of: each stage's speeds and its metric value."""
-    present = [stage for stage in STAGES if (records["stage"] == stage).any()]
-    metric = ["value"]  # baseline and quantized records carry a primary metric
-    return [(s, c) for s in present for c in SPEEDS[s] + (metric if s in STAGES[:2] else [])]
+def _quantities(records: pd.DataFrame) -> list[tuple[str, str, str | None]]:
+    """(stage, column, metric) a ratio is taken of: each stage's speeds, and for baseline and
+    quantized records the value of each metric apart (a perplexity is no accuracy)."""
+    out: list[tuple[str, str, str | None]] = []
+    for stage in STAGES:
+        part = records[records["stage"] == stage]
+        out += [(stage, column, None) for column in SPEEDS[stage] if not part.empty]
+        if stage in STAGES[:2]:
+            out += [(stage, "value", metric) for metric in part["metric"].dropna().unique()]
+    return out
 
 
 def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
@@ -160,8 +165,8 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
     the median of its repeats), the points behind it and their spread (min-max)."""
     ok = matched[matched["status"].isin(["", "ok"])]
     rows = []
-    for stage, column in _quantities(ok):
-        part = ok[ok["stage"] == stage]
+    for stage, column, metric in _quantities(ok):
+        part = ok[(ok["stage"] == stage) & ((ok["metric"] == metric) if metric else True)]
         if column not in part or part[column].isna().all():
             continue
         per_point = part.groupby(["work", "system"])[column].agg(["median", "size"]).unstack()
@@ -170,10 +175,9 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
                 continue
             both = per_point.dropna(subset=[("median", reference), ("median", other)])
             ratio = both[("median", other)] / both[("median", reference)]
-            metrics = part.loc[part["work"].isin(both.index), "metric"].dropna().unique()
             rows.append({
-                "part": stage, "quantity": column.removeprefix("metric_") if column != "value"
-                else f"{', '.join(metrics)} (metric)", "system": other, "reference": reference,
+                "part": stage, "quantity": f"{metric} (metric)" if metric
+                else column.removeprefix("metric_"), "system": other, "reference": reference,
                 "ratio": ratio.median(), "points": len(ratio), "min": ratio.min(),
                 "max": ratio.max(), "repeats": f"{both[('size', other)].median():g} / "
                                                f"{both[('size', reference)].median():g}",
