@@ -14,24 +14,12 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelstudy.paths import SCHEMAS, SYSTEMS
+from accelstudy.errors import ConfigError, key_error
+from accelstudy.paths import SCHEMAS
+from accelstudy.tasks import TASK_NAMES, TASKS
 
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "wikitext": {"dataset": "Salesforce/wikitext", "name": "wikitext-2-raw-v1",
-                 "eval_split": "test"},
-    "hellaswag": {"dataset": "Rowan/hellaswag", "name": None, "eval_split": "validation"},
-    "boolq": {"dataset": "google/boolq", "name": None, "eval_split": "validation"},
-}  # fmt: skip
 MODEL_SOURCE_KEYS = {"hf": "id", "local": "path", "gguf": "gguf_file"}
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-
-
-class ConfigError(ValueError):
-    """A configuration problem, phrased as one line naming the key and the fix."""
-
-
-def _key_error(key: str, problem: str) -> ConfigError:
-    return ConfigError(f"config key '{key}': {problem}")
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -76,10 +64,48 @@ def _allowed_names(error: jsonschema.ValidationError) -> str:
     return "names may use letters, digits, '_', '.', '-'"
 
 
+def schema() -> dict[str, Any]:
+    """The config schema, its task names from the task registry."""
+    loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
+    names = {"enum": list(TASK_NAMES)}
+    loaded["properties"]["tasks"]["propertyNames"] = names
+    loaded["properties"]["ptq"]["properties"]["tasks"]["items"] = names
+    return loaded
+
+
+def _coerce(value: Any, node: dict[str, Any], defs: dict[str, Any]) -> Any:
+    """`--config` values nested in a mapping arrive as strings ('8'); read them as the schema's
+    numbers, booleans and nulls, so they mean what they would in the YAML."""
+    if "$ref" in node:
+        node = defs[node["$ref"].rsplit("/", 1)[1]]
+    if isinstance(value, dict):
+        props, rest = node.get("properties", {}), node.get("additionalProperties")
+        return {k: _coerce(v, props.get(k, rest if isinstance(rest, dict) else {}), defs)
+                for k, v in value.items()}  # fmt: skip
+    if isinstance(value, list):
+        items = node.get("items", {})
+        return [_coerce(v, items, defs) for v in value]
+    if not isinstance(value, str):
+        return value
+    types = node.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    readings = {"null": {"null": None}, "boolean": {"true": True, "false": False}}
+    for kind in types:
+        if value in readings.get(kind, {}):
+            return readings[kind][value]
+        try:
+            return {"integer": int, "number": float}[kind](value) if kind != "string" else value
+        except (KeyError, ValueError):
+            continue
+    return value
+
+
 def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
-    """Validate `config` in place (filling defaults) and return it, or raise ConfigError."""
-    schema = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
-    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    """Validate `config` in place (filling defaults) and return it, or raise ConfigError.
+    The parts' checks against a system come on top: accelstudy.study.validate_study."""
+    schema_ = schema()
+    config.update(_coerce(config, schema_, schema_.get("$defs", {})))
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema_)
     errors = list(validator.iter_errors(config))
     if errors:  # the deepest error names the most specific key
         raise ConfigError(_explain(max(errors, key=lambda e: len(list(e.absolute_path)))))
@@ -89,15 +115,6 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
     for name, task in config["tasks"].items():
         _check_task(name, task, base)
     _check_ptq(config)
-    system = load_system(config["system"])
-    from accelstudy.diffusion.points import check_diffusion
-    from accelstudy.finetune.sweep import SweepError, check_sweep
-
-    try:
-        check_sweep(config, system)
-        check_diffusion(config, system)
-    except SweepError as exc:
-        raise ConfigError(str(exc)) from None
     return config
 
 
@@ -107,16 +124,16 @@ def _check_ptq(config: dict[str, Any]) -> None:
         return
     for task in ptq["tasks"]:
         if task not in config["tasks"]:
-            raise _key_error("ptq.tasks", f"task '{task}' is not configured under 'tasks'")
+            raise key_error("ptq.tasks", f"task '{task}' is not configured under 'tasks'")
     for i, bits in enumerate(ptq["bit_lists"]):
         if ptq["clustering"] == "median" and len(bits) != 2:
-            raise _key_error(f"ptq.bit_lists.{i}", "the median split needs exactly two "
+            raise key_error(f"ptq.bit_lists.{i}", "the median split needs exactly two "
                              f"precisions (e.g. [16, 8]), got {bits}")  # fmt: skip
         for model_name, model in config["models"].items():
             tiny = model.get("tiny", {}) if model["source"] == "tiny-random" else {}
             layers = tiny.get("layers")
             if layers is not None and len(bits) > layers:
-                raise _key_error(f"ptq.bit_lists.{i}", f"{len(bits)} clusters but model "
+                raise key_error(f"ptq.bit_lists.{i}", f"{len(bits)} clusters but model "
                                  f"'{model_name}' has only {layers} layers")  # fmt: skip
 
 
@@ -124,53 +141,38 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
     source = model["source"]
     needed = MODEL_SOURCE_KEYS.get(source)
     if needed and needed not in model:
-        raise _key_error(f"models.{name}.{needed}", f"required when source is '{source}'")
+        raise key_error(f"models.{name}.{needed}", f"required when source is '{source}'")
     if source == "local" and not (base / model["path"]).is_dir():
-        raise _key_error(f"models.{name}.path", f"directory '{model['path']}' does not exist; "
+        raise key_error(f"models.{name}.path", f"directory '{model['path']}' does not exist; "
                          "give a saved Hugging Face model directory")  # fmt: skip
     gguf = model.get("gguf_file")
     if source == "gguf" and gguf != "embedded" and not (base / gguf).is_file():
-        raise _key_error(f"models.{name}.gguf_file", f"file '{gguf}' does not exist; "
+        raise key_error(f"models.{name}.gguf_file", f"file '{gguf}' does not exist; "
                          "give a .gguf path or 'embedded'")  # fmt: skip
     tiny = model.get("tiny", {})
     if source == "tiny-random" and tiny["hidden"] % tiny["heads"]:
-        raise _key_error(f"models.{name}.tiny.hidden", "must be divisible by heads")
+        raise key_error(f"models.{name}.tiny.hidden", "must be divisible by heads")
     if source == "tiny-random" and tiny["heads"] % tiny["kv_heads"]:
-        raise _key_error(f"models.{name}.tiny.heads", "must be divisible by kv_heads")
+        raise key_error(f"models.{name}.tiny.heads", "must be divisible by kv_heads")
 
 
 def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
-    for key, value in TASK_DEFAULTS[name].items():
+    spec = TASKS[name]
+    defaults = {"dataset": spec.dataset, "name": spec.config, "eval_split": spec.eval_split}
+    for key, value in defaults.items():
         task.setdefault(key, value)
     if task["source"] != "local":
         return
     files = task.get("files") or {}
     if task["eval_split"] not in files:
-        raise _key_error(f"tasks.{name}.files.{task['eval_split']}",
+        raise key_error(f"tasks.{name}.files.{task['eval_split']}",
                          "required for source 'local' (the evaluation split's file)")  # fmt: skip
     for split, file in files.items():
         path, key = base / file, f"tasks.{name}.files.{split}"
         if path.suffix not in LOCAL_SUFFIXES:
-            raise _key_error(key, f"'{file}' must end in one of {LOCAL_SUFFIXES}")
+            raise key_error(key, f"'{file}' must end in one of {LOCAL_SUFFIXES}")
         if not path.is_file():
-            raise _key_error(key, f"file '{file}' does not exist")
-
-
-def load_system(name: str) -> dict[str, Any]:
-    """The machine description config/systems/{name}.yaml."""
-    path = SYSTEMS / f"{name}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
-        raise _key_error("system", f"unknown system '{name}'; known systems are {known}")
-    return yaml.safe_load(path.read_text())
-
-
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a YAML study file and validate it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file '{path}' does not exist")
-    return validate_config(yaml.safe_load(path.read_text()) or {})
+            raise key_error(key, f"file '{file}' does not exist")
 
 
 def config_hash(config: Mapping[str, Any]) -> str:

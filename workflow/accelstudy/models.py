@@ -23,7 +23,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from accelstudy.records import umask_mode
+from accelstudy.files import umask_mode
 
 # GGUF architectures that transformers can turn into a causal LM.
 GGUF_CAUSAL_ARCHITECTURES = {

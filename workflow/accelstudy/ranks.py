@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from accelstudy.launch import rank_environment
-from accelstudy.records import package_versions, read_record, write_json
+from accelstudy.files import write_json
+from accelstudy.records import package_versions, read_record
 
 KILL_HOOK = "ACCELSTUDY_TEST_KILL_AFTER_SAVE"  # "N": dies after step N, as if preempted
 

@@ -1,5 +1,5 @@
-"""The result record every job writes, its provenance, and atomic file writes: a temporary
-sibling renamed into place, so a killed job never leaves a file a re-run would take as done."""
+"""The result record every job writes: what ran, its metrics and its provenance, validated
+against workflow/schemas/record.schema.yaml and written atomically."""
 
 from __future__ import annotations
 
@@ -9,54 +9,23 @@ import json
 import os
 import platform
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import jsonschema
 import yaml
 
 from accelstudy import __version__
+from accelstudy.files import write_json
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
+from accelstudy.systems import System
 
 SCHEMA_VERSION = 1  # bump when a record's fields change meaning; `compare` reads only this one
 VERSIONED_PACKAGES = (
     "torch", "transformers", "datasets", "numpy", "snakemake", "lm_eval", "peft", "accelerate",
     "deepspeed", "optimum_habana", "habana_torch_plugin", "diffusers", "pysm3", "healpy",
 )  # fmt: skip
-
-
-def umask_mode(path: str | Path, directory: bool = False) -> None:
-    """Give `path` the mode `open()` / `mkdir()` would: mkstemp and mkdtemp create 0600 /
-    0700, which would hide results from the group a project directory is shared with."""
-    mask = os.umask(0o022)  # the umask is read by setting it, so set it straight back
-    os.umask(mask)
-    os.chmod(path, (0o777 if directory else 0o666) & ~mask)
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
-    """Open a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask_mode(tmp)
-    try:
-        with os.fdopen(fd, mode) as handle:
-            yield handle
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path: str | Path, payload: Any) -> None:
-    with atomic_open(path) as handle:
-        json.dump(payload, handle, indent=2, sort_keys=False, default=str)
-        handle.write("\n")
 
 
 def git_commit() -> str:
@@ -130,31 +99,22 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
     }
 
 
-def job_record(*, stage: str, study: str, system: str, device: Any, model: str, task: str,
+def job_record(*, stage: str, study: str, system: System, device: Any, model: str, task: str,
                method: str, protocol: str | None, data_source: str, parameters: dict[str, Any],
                metrics: dict[str, Any], config_hash: str,
                wall_s: float) -> dict[str, Any]:  # fmt: skip
     """The result record of one job (`device` is an accelstudy.device.Device); stages
     without an evaluation protocol (fine-tuning, diffusion) pass protocol=None."""
     record = {
-        "stage": stage, "study": study, "system": system, "device": device.kind,
+        "stage": stage, "study": study, "system": system.name, "device": device.kind,
         "model": model, "task": task, "method": method, "protocol": protocol,
         "data_source": data_source, "parameters": parameters, "metrics": metrics,
         "provenance": provenance(config_hash, device.name(), device.kind, wall_s),
     }  # fmt: skip
     if protocol is None:
         del record["protocol"]
-    record["provenance"]["system"] = system_facts(system)
+    record["provenance"]["system"] = system.facts()
     return record
-
-
-def system_facts(name: str) -> dict[str, Any]:
-    """What the system file says the machine is, so runs that share a name can be checked."""
-    from accelstudy.config import load_system
-
-    spec = load_system(name)
-    keys = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "nodes")
-    return {key: spec.get(key) for key in keys}
 
 
 def validate_record(record: dict[str, Any]) -> None:

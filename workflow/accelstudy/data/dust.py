@@ -7,6 +7,8 @@ go to log10, then to SR3's [-1, 1] over the dataset.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +16,39 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from accelstudy.diffusion.points import check_preset
-from accelstudy.records import atomic_open, write_json
+from accelstudy.errors import StudyError, key_error
+from accelstudy.files import atomic_open, write_json
 
 DUST_SLOPE = -2.42  # Planck 2018 XI: dust C_ell ~ ell^-2.42
 STANDIN_BETA, STANDIN_TEMPERATURE_K = 1.48, 19.6  # Planck 2018 XI, as PySM's d9
 
 
-class DustDataError(ValueError):
+class DustDataError(StudyError, ValueError):
     """Data the configured model cannot use, named with its key and the fix."""
+
+
+def preset_files(preset: str, nside: int) -> list[str]:
+    """The template files a PySM preset reads, named as PySM does at this nside."""
+    from pysm3.sky import PRESET_MODELS
+
+    if preset not in PRESET_MODELS:
+        raise key_error("diffusion.data.preset", f"'{preset}' is no PySM preset")
+    spec = PRESET_MODELS[preset]
+    available = spec.get("available_nside")
+    template_nside = min(available, key=lambda n: abs(n - nside)) if available else nside
+    return [v.format(nside=template_nside) for v in spec.values() if ".fits" in str(v)]
+
+
+def check_preset(preset: str, nside: int, environ: Mapping[str, str] = os.environ) -> None:
+    root = environ.get("PYSM_LOCAL_DATA")
+    missing = [f for f in preset_files(preset, nside) if not root or not Path(root, f).is_file()]
+    if missing:
+        raise key_error(
+            "diffusion.data.preset",
+            f"PySM preset '{preset}' needs {', '.join(missing)} under PYSM_LOCAL_DATA (now "
+            f"{root or 'unset'}); copy them from the PySM data server and export "
+            "PYSM_LOCAL_DATA=<that folder>, or use source: standin",
+        )
 
 
 def standin_template(nside: int, seed: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.data.values import NORMALISE, BadValue
-from accelstudy.records import atomic_open
+from accelstudy.files import atomic_open
 
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "wikitext": ("text",),

@@ -26,7 +26,8 @@ from accelstudy import ranks
 from accelstudy.data.dust import load_pairs
 from accelstudy.device import DTYPES, Device, resolve
 from accelstudy.diffusion import quality, sr3
-from accelstudy.records import atomic_open, package_versions
+from accelstudy.files import atomic_open
+from accelstudy.records import package_versions
 
 BACKENDS = {"cuda": "nccl", "hpu": "hccl", "cpu": "gloo"}
 CPU_PEAK = "RSS growth: getrusage ru_maxrss at the end minus the RSS before the model is built"

@@ -21,7 +21,8 @@ from accelstudy.ptq.clustering import assign_bits
 from accelstudy.ptq.fake_quant import fake_quantize, layer_map
 from accelstudy.ptq.prune import decoder_layers, decoder_linears, targets
 from accelstudy.ptq.sensitivity import scan
-from accelstudy.records import atomic_open, job_record, write_json, write_record
+from accelstudy.files import atomic_open, write_json
+from accelstudy.records import job_record, write_record
 
 RECIPE_NAMES = ("fake", "nvidia", "fp8", "bf16")
 SCAN_KEYS = ("granularity", "family", "sparsity", "calibration_limit")  # a sensitivity scan's

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from accelstudy.records import atomic_open
+from accelstudy.files import atomic_open
 from accelstudy.report import diffusion, figures, finetune
 from accelstudy.report.collect import collect_records, collect_sensitivity, load_published
 from accelstudy.report.tables import (

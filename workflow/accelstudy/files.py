@@ -1,0 +1,43 @@
+"""Atomic file writes: a temporary sibling renamed into place, so a killed job never leaves a
+file a re-run would take as done, with the modes open()/mkdir() would give under the umask."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+
+def umask_mode(path: str | Path, directory: bool = False) -> None:
+    """Give `path` the mode `open()` / `mkdir()` would: mkstemp and mkdtemp create 0600 /
+    0700, which would hide results from the group a project directory is shared with."""
+    mask = os.umask(0o022)  # the umask is read by setting it, so set it straight back
+    os.umask(mask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~mask)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask_mode(tmp)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | Path, payload: Any) -> None:
+    with atomic_open(path) as handle:
+        json.dump(payload, handle, indent=2, sort_keys=False, default=str)
+        handle.write("\n")

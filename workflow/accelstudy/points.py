@@ -1,0 +1,161 @@
+"""Sweep points as types: a fine-tuning point and a diffusion point, built once from the
+config (the rules pass them to jobs as JSON), serialised once, read by attribute everywhere.
+A point carries only the config values its job depends on, so editing one knob re-runs only
+the points it changes. The defaults are the schema's."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
+
+P = TypeVar("P", bound="Point")
+
+
+class Point:
+    """JSON in, JSON out: what a rule passes and what a record keeps as `parameters`."""
+
+    OPTIONAL: tuple[str, ...] = ()  # fields left out of the JSON while None
+
+    def as_dict(self) -> dict[str, Any]:
+        values = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {k: v for k, v in values.items() if not (k in self.OPTIONAL and v is None)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls: type[P], text: str | Mapping[str, Any]) -> P:
+        values = json.loads(text) if isinstance(text, str) else dict(text)
+        return cls.from_dict(values)
+
+    @classmethod
+    def from_dict(cls: type[P], values: Mapping[str, Any]) -> P:
+        return cls(**values)  # type: ignore[call-arg]
+
+    def replace(self: P, **changes: Any) -> P:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class Lora:
+    rank: int = 64
+    alpha: float = 64
+    dropout: float = 0.05
+    targets: tuple[str, ...] = ("q_proj", "v_proj")
+
+
+@dataclass(frozen=True)
+class FinetunePoint(Point):
+    """One (strategy, attention, cards, repeat) of the fine-tuning sweep, as its ranks read it."""
+
+    strategy: str = "ddp"
+    attention: str = "fused"
+    cards: int = 1
+    repeat: int = 0
+    seed: int = 1234
+    method: str = "lora"
+    dtype: str = "bfloat16"
+    max_steps: int = 10
+    max_samples: int | None = None
+    per_device_batch: int = 2
+    grad_accum: int = 2
+    max_seq_length: int = 512
+    learning_rate: float = 3.0e-4
+    max_grad_norm: float = 0.3
+    throughput_warmup_steps: int = 3
+    lora: Lora = field(default_factory=Lora)
+    skip_predicted_oom: bool = True
+    on_unsupported: str = "error"
+    checkpoint_steps: int | None = None
+    gaudi_mode: str = "lazy"
+    data: dict[str, Any] = field(default_factory=lambda: {"source": "standin"})
+    zero3_persistence_threshold: int | None = None
+    device: str | None = None  # the ranks' device kind; None: detect
+
+    OPTIONAL = ("zero3_persistence_threshold", "device")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> FinetunePoint:
+        lora = values.get("lora") or {}
+        return cls(**{**values, "lora": Lora(**{**lora, "targets": tuple(lora.get(
+            "targets", Lora.targets))})})  # fmt: skip
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples one rank consumes per optimiser step."""
+        return self.per_device_batch * self.grad_accum
+
+
+@dataclass(frozen=True)
+class DiffusionPoint(Point):
+    """One (devices, repeat) of the SR3 strong-scaling sweep, as its ranks read it."""
+
+    devices: int = 1
+    repeat: int = 0
+    seed: int = 1234
+    total_iterations: int = 40
+    warmup_iterations: int = 2
+    batch_per_device: int = 4
+    learning_rate: float = 2.0e-5
+    dtype: str = "float32"
+    model: dict[str, Any] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
+    quality: dict[str, Any] = field(default_factory=dict)
+    device: str | None = None
+
+    OPTIONAL = ("device",)
+
+
+# the fields a point takes from its config block (the rest: wildcards, seed, data, device)
+NOT_CONFIG = {"strategy", "attention", "cards", "devices", "repeat", "seed", "data", "device"}
+FINETUNE_KEYS = [f.name for f in dataclasses.fields(FinetunePoint) if f.name not in NOT_CONFIG]
+DIFFUSION_KEYS = [f.name for f in dataclasses.fields(DiffusionPoint) if f.name not in NOT_CONFIG]
+
+
+class SweepCell(NamedTuple):
+    """Where a fine-tuning point's record goes: its model and its wildcards."""
+
+    model: str
+    strategy: str
+    attention: str
+    cards: int
+    repeat: int
+
+
+def finetune_cells(config: Mapping[str, Any]) -> Iterator[SweepCell]:
+    sweep = config["finetune"]
+    if not sweep["enabled"]:
+        return iter(())
+    models = sweep.get("models") or sorted(config["models"])
+    axes = sweep["strategies"], sweep["attention"], sweep["cards"], range(sweep["repeats"])
+    return itertools.starmap(SweepCell, itertools.product(models, *axes))
+
+
+def finetune_point(config: Mapping[str, Any], strategy: str, attention: str, cards: int,
+                   repeat: int, data_file: str) -> FinetunePoint:  # fmt: skip
+    """The point a fine-tuning job runs, from the study config and its wildcards."""
+    sweep = config["finetune"]
+    values = {key: sweep[key] for key in FINETUNE_KEYS}
+    return FinetunePoint.from_dict({
+        **values, "strategy": strategy, "attention": attention, "cards": int(cards),
+        "repeat": int(repeat), "seed": config["seed"],
+        "data": {"source": "local", "file": data_file},
+    })  # fmt: skip
+
+
+def diffusion_cells(config: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
+    """(devices, repeat) of every diffusion point."""
+    sweep = config["diffusion"]
+    if not sweep["enabled"]:
+        return iter(())
+    return itertools.product(sweep["devices"], range(sweep["repeats"]))
+
+
+def diffusion_point(config: Mapping[str, Any], devices: int, repeat: int) -> DiffusionPoint:
+    sweep = config["diffusion"]
+    values = {key: sweep[key] for key in DIFFUSION_KEYS}
+    return DiffusionPoint(**values, devices=int(devices), repeat=int(repeat), seed=config["seed"])

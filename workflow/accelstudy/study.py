@@ -1,0 +1,102 @@
+"""A whole study checked before any job runs: the config schema, then each part's sweep
+against the system it runs on. Snakemake (workflow/rules/common.smk) and the CLI call this;
+every failure is one line naming the key and the fix."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from accelstudy.config import validate_config
+from accelstudy.data.dust import check_preset
+from accelstudy.errors import ConfigError, key_error
+from accelstudy.systems import System, load_system
+
+
+def validate_study(config: dict[str, Any], base_dir: Path | None = None) -> System:
+    """Validate `config` in place (filling defaults); return the system it runs on."""
+    validate_config(config, base_dir)
+    system = load_system(config["system"])
+    check_finetune(config, system)
+    check_diffusion(config, system)
+    return system
+
+
+def load_study(path: str | Path) -> dict[str, Any]:
+    """Read a YAML study file and check it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist")
+    config = yaml.safe_load(path.read_text()) or {}
+    validate_study(config)
+    return config
+
+
+def check_finetune(config: Mapping[str, Any], system: System) -> None:
+    """Models configured, cards the system has, dtype it offers, DeepSpeed for ZeRO-3."""
+    sweep = config["finetune"]
+    if not sweep["enabled"]:
+        return
+    for model in sweep.get("models") or []:
+        if model not in config["models"]:
+            raise key_error(
+                "finetune.models",
+                f"model '{model}' is not configured under 'models'; "
+                f"configured: {sorted(config['models'])}",
+            )
+    system.check_cards("finetune.cards", sweep["cards"])
+    system.check_dtype("finetune.dtype", sweep["dtype"])
+    zero3 = "zero3" in sweep["strategies"] and sweep["on_unsupported"] == "error"
+    if zero3 and importlib.util.find_spec("deepspeed") is None:
+        raise key_error(
+            "finetune.strategies",
+            "zero3 needs DeepSpeed, which is not installed here; pip install the project's "
+            "pinned deepspeed, drop zero3, or set finetune.on_unsupported: record",
+        )
+
+
+def check_unet(model: Mapping[str, Any], hr_size: int) -> None:
+    """The UNet halves the image once per extra multiplier; attention sits at a resolution."""
+    levels = len(model["channel_multipliers"])
+    factor = 2 ** (levels - 1)
+    if hr_size % factor:
+        raise key_error(
+            "diffusion.data.hr_size",
+            f"{hr_size} pixels cannot be halved {levels - 1} times by the UNet "
+            f"(channel_multipliers has {levels} levels); use a multiple of {factor}",
+        )
+    resolutions = [hr_size // 2**i for i in range(levels)]
+    for res in model["attention_resolutions"]:
+        if res not in resolutions:
+            raise key_error(
+                "diffusion.model.attention_resolutions",
+                f"{res} is not one of the UNet's resolutions {resolutions}",
+            )
+
+
+def check_diffusion(config: Mapping[str, Any], system: System) -> None:
+    sweep = config["diffusion"]
+    if not sweep["enabled"]:
+        return
+    data = sweep["data"]
+    check_unet(sweep["model"], data["hr_size"])
+    if data["hr_size"] % data["scale"]:
+        raise key_error(
+            "diffusion.data.scale",
+            f"{data['hr_size']} pixels do not divide by {data['scale']}; "
+            "pick a scale that divides hr_size",
+        )
+    system.check_cards("diffusion.devices", sweep["devices"])
+    system.check_dtype("diffusion.dtype", sweep["dtype"])
+    if data["source"] == "pysm":
+        check_preset(data["preset"], data["nside"])
+    if data["source"] == "local" and not Path(data.get("file", "")).is_file():
+        raise key_error(
+            "diffusion.data.file",
+            f"'{data.get('file')}' is no file; give an npz with an `hr` array (and optionally "
+            "`lr`)",
+        )

@@ -1,0 +1,95 @@
+"""A machine as its system file describes it (config/systems/<name>.yaml): device kind,
+cards per node, nodes, dtypes, launcher and scheduler, and the checks a sweep must pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from accelstudy.errors import ConfigError, key_error
+from accelstudy.paths import SYSTEMS
+
+FACT_KEYS = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "nodes")
+
+
+@dataclass(frozen=True)
+class System:
+    """One system file. `cards_per_node: cores` (the cpu system: a card is a process) means
+    this machine's core count."""
+
+    name: str
+    device: str
+    cards_per_node: int | str
+    nodes: int = 1
+    dtypes: tuple[str, ...] = ("float32",)
+    launcher: str = "none"
+    scheduler: str = "none"
+    card_resource: str = "none"
+    account_required: bool = False
+    accelerator: str | None = None
+    memory_per_card_gb: float | None = None
+    slurm: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def per_node(self) -> int:
+        cards = self.cards_per_node
+        return (os.cpu_count() or 1) if cards == "cores" else int(cards)
+
+    @property
+    def label(self) -> str:
+        """The accelerator's name where the file gives one, else the system's."""
+        return self.accelerator or self.name
+
+    def nodes_for(self, cards: int) -> int:
+        return math.ceil(cards / self.per_node)
+
+    def layout(self, cards: int) -> tuple[int, int]:
+        """(nodes, ranks per node): cards spread evenly over as few nodes as hold them."""
+        nodes = self.nodes_for(cards)
+        return nodes, cards // nodes
+
+    def check_cards(self, key: str, counts: list[int]) -> None:
+        """Every count of cards (processes on the cpu system) within what the system offers."""
+        offered = self.per_node * self.nodes
+        unit = "cores" if self.cards_per_node == "cores" else "cards"
+        for cards in counts:
+            if cards > offered:
+                raise key_error(
+                    key,
+                    f"{cards} cards, but system '{self.name}' offers {offered} ({self.nodes} "
+                    f"node(s) x {self.per_node} {unit}); ask for at most {offered}",
+                )
+
+    def check_dtype(self, key: str, dtype: str) -> None:
+        if dtype not in self.dtypes:
+            raise key_error(
+                key,
+                f"{dtype} is not offered by {self.label} (system '{self.name}': "
+                f"{list(self.dtypes)}); use one of those",
+            )
+
+    def facts(self) -> dict[str, Any]:
+        """What the file says the machine is, so runs that share a name can be checked."""
+        return {key: getattr(self, key) for key in FACT_KEYS}
+
+    def replace(self, **changes: Any) -> System:
+        return dataclasses.replace(self, **changes)
+
+
+def load_system(name: str) -> System:
+    """The machine description config/systems/{name}.yaml."""
+    path = SYSTEMS / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
+        raise key_error("system", f"unknown system '{name}'; known systems are {known}")
+    spec = yaml.safe_load(path.read_text())
+    unknown = set(spec) - {f.name for f in dataclasses.fields(System)}
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
+    return System(**{**spec, "dtypes": tuple(spec.get("dtypes", ("float32",))),
+                     "slurm": spec.get("slurm") or {}})  # fmt: skip
