@@ -5,10 +5,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-# the embedded default study, unless --configfile names another (never both: they would merge)
-if not config:
+# the embedded default study, unless --configfile names another (a study file replaces it:
+# never a merge of two studies); --config key=value applies on top of either
+if not workflow.config_settings.configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

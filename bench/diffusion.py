@@ -9,7 +9,6 @@ rate of a 2048 x 2048 matmul on all of this run's threads, measured just before.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -18,11 +17,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from accelstudy.config import load_config, load_system
 from accelstudy.data.dust import prepare_dust
-from accelstudy.diffusion.stages import WORKER
+from accelstudy.diffusion.job import WORKER
 from accelstudy.launch import run_ranks
 from accelstudy.paths import PROJECT_ROOT
+from accelstudy.points import DiffusionPoint
+from accelstudy.study import load_study
+from accelstudy.systems import load_system
 from common import best_of, parse_args, set_threads
 
 
@@ -32,16 +33,16 @@ def matmul_flops_per_s(threads: int, n: int = 2048) -> float:
     return 2 * n**3 / best_of(lambda: a @ b, repeats=5)
 
 
-def point(sweep: dict, devices: int, iterations: int) -> dict:
+def point(sweep: dict, devices: int, iterations: int) -> DiffusionPoint:
     keys = ("warmup_iterations", "batch_per_device", "learning_rate", "dtype", "model", "schedule")
     quick = {"images": 1, "sampling_steps": 1}  # the quality check is not what is timed
-    return {**{k: sweep[k] for k in keys}, "devices": devices, "repeat": 0, "seed": 0,
-            "total_iterations": iterations, "quality": quick}  # fmt: skip
+    return DiffusionPoint(**{k: sweep[k] for k in keys}, devices=devices, repeat=0, seed=0,
+                          total_iterations=iterations, quality=quick)  # fmt: skip
 
 
 def main() -> int:
     args = parse_args(__doc__)
-    sweep = load_config(PROJECT_ROOT / "config" / "config.yaml")["diffusion"]
+    sweep = load_study(PROJECT_ROOT / "config" / "config.yaml")["diffusion"]
     iterations = 8 if args.tiny else 24
     peak = matmul_flops_per_s(args.threads)
     rates = {}
@@ -51,11 +52,10 @@ def main() -> int:
         prepare_dust(data, 0, folder / "pairs.npz", folder / "card.json")
         for devices in (1, 2):
             out = folder / f"devices-{devices}.json"
-            cli = ["--point", json.dumps(point(sweep, devices, iterations)), "--data",
-                   str(folder / "pairs.npz"), "--out", str(out), "--samples",
-                   str(folder / "panel.npz")]  # fmt: skip
-            run_ranks(load_system("cpu"), devices, WORKER, cli, args.threads)
-            rates[devices] = json.loads(out.read_text())["metrics"]
+            cli = ["--point", point(sweep, devices, iterations).to_json(), "--data",
+                   str(folder / "pairs.npz"), "--samples", str(folder / "panel.npz")]  # fmt: skip
+            result = run_ranks(load_system("cpu"), devices, WORKER, cli, args.threads, out)
+            rates[devices] = result["metrics"]
     print(f"matmul FP32 ({args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
     for devices, m in rates.items():
         print(f"{devices} process(es): {m['images_per_s']:.2f} images/s, "

@@ -18,31 +18,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from accelstudy import launch
-from accelstudy.config import load_system
+from accelstudy.finetune.job import WORKER
 from accelstudy.finetune.planner import load_config, plan
-from accelstudy.finetune.stages import WORKER, workload
 from accelstudy.models import save_prepared
+from accelstudy.points import FinetunePoint
+from accelstudy.systems import load_system
 from common import load_model, parse_args
 
 STATES = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 
 
-def point(strategy: str, tiny: bool) -> dict:
-    return {
+def point(strategy: str, tiny: bool) -> FinetunePoint:
+    return FinetunePoint.from_dict({
         "strategy": strategy, "attention": "fused", "cards": 2, "method": "lora",
         "dtype": "bfloat16", "max_steps": 6, "per_device_batch": 2, "grad_accum": 2,
         "max_seq_length": 64 if tiny else 512, "learning_rate": 3e-4, "max_grad_norm": 0.3,
         "lora": {"rank": 64, "alpha": 64, "dropout": 0.05, "targets": ["q_proj", "v_proj"]},
         "throughput_warmup_steps": 3, "data": {"source": "standin"},
-    }  # fmt: skip
+    })  # fmt: skip
 
 
-def run(strategy: str, model_dir: Path, tiny: bool, threads: int) -> tuple[dict, dict]:
+def run(strategy: str, model_dir: Path, tiny: bool, threads: int) -> tuple[dict, FinetunePoint]:
     """(the ranks' result, the point) of one 2-process run through the launcher."""
     spec = point(strategy, tiny)
     out = model_dir.parent / f"{strategy}.json"
     system = load_system("cpu")
-    args = ["--point", json.dumps(spec), "--model-dir", str(model_dir), "--out", str(out)]
+    args = ["--point", spec.to_json(), "--model-dir", str(model_dir), "--out", str(out)]
     env = {"OMP_NUM_THREADS": str(launch.threads_per_rank(threads, 2, system))}
     command = launch.command(system, 2, WORKER, args, strategy)
     subprocess.run(command, check=True, env={**os.environ, **env},
@@ -60,9 +61,9 @@ def main() -> int:
     base = results["ddp"][0]["metrics"]["tokens_per_s"]
     for strategy, (result, spec) in results.items():
         metrics = result["metrics"]
-        predicted = plan(config, workload(spec, "cpu"))
-        held = sum(result["model_state_bytes"][0][k] for k in STATES)
-        peak = max(metrics["peak_memory_bytes"])
+        predicted = plan(config, spec, "cpu")
+        held = sum(metrics["model_state_bytes"][0][k] for k in STATES)
+        peak = metrics["peak_memory_bytes"]
         print(
             f"{strategy:6s} 2 processes: {metrics['tokens_per_s']:8.1f} tokens/s "
             f"({metrics['tokens_per_s'] / base:.2f}x DDP) | planner: model states "

@@ -13,9 +13,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from accelstudy.data.standin import standin_rows
-from accelstudy.ptq.calibration import perplexity_calibration
 from accelstudy.ptq.prune import targets
-from accelstudy.ptq.sensitivity import scan
+from accelstudy.ptq.sensitivity import build_calibration, scan
 from common import load_model, parse_args, set_threads
 
 
@@ -23,9 +22,8 @@ def main() -> int:
     args = parse_args(__doc__)
     set_threads(args.threads)
     model, tokenizer = load_model(args.tiny)
-    calibration = perplexity_calibration(
-        tokenizer, standin_rows("wikitext", "validation"), 512, 4, 4
-    )
+    rows, settings = standin_rows("wikitext", "validation"), {"block_size": 512, "batch_size": 4}
+    calibration = build_calibration(tokenizer, "wikitext", rows, 4, settings)
     all_targets = targets(model, "layer")
     timings, results = {}, {}
     for name, reuse in (("prefix", True), ("naive", False)):

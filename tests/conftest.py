@@ -64,7 +64,7 @@ def standin():
 def pysm_local_data(tmp_path_factory):
     """config/paper.yaml asks for PySM's d1 preset, whose templates a user keeps under
     $PYSM_LOCAL_DATA; planning needs only that they are there, so empty stand-ins do."""
-    from accelstudy.diffusion.points import preset_files
+    from accelstudy.data.dust import preset_files
 
     root = tmp_path_factory.mktemp("pysm-data")
     for name in preset_files("d1", 2048):

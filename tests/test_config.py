@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import pytest
 import yaml
-from accelstudy.config import ConfigError, load_config, validate_config
+from accelstudy.errors import ConfigError
+from accelstudy.study import load_study, validate_study
 
 from tests.conftest import ROOT
 
@@ -18,7 +21,9 @@ GOOD = {
 
 
 def check(config: dict, tmp_path=None) -> dict:
-    return validate_config(copy.deepcopy(config), base_dir=tmp_path)
+    config = copy.deepcopy(config)
+    validate_study(config, base_dir=tmp_path)
+    return config
 
 
 def test_defaults_are_filled():
@@ -33,7 +38,7 @@ def test_defaults_are_filled():
 
 @pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml"])
 def test_shipped_configs_are_valid(path):
-    assert load_config(ROOT / path)["study"]
+    assert load_study(ROOT / path)["study"]
 
 
 def with_change(path: str, value) -> dict:
@@ -81,7 +86,7 @@ def test_unknown_task_names_the_allowed_ones():
 
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
-        load_config(tmp_path / "nope.yaml")
+        load_study(tmp_path / "nope.yaml")
 
 
 def test_local_files_resolve_against_base_dir(tmp_path):
@@ -93,3 +98,46 @@ def test_local_files_resolve_against_base_dir(tmp_path):
 def test_yaml_round_trip_of_defaults_is_stable():
     config = check(GOOD)
     assert check(yaml.safe_load(yaml.safe_dump(config))) == config
+
+
+def test_nested_command_line_values_are_read_as_the_schema_says():
+    """`--config 'finetune={"cards": [8]}'` hands nested values over as strings."""
+    config = with_change("finetune", {"enabled": "true", "cards": ["2"], "max_samples": "null"})
+    config["evaluation"] = {"block_size": "64", "dtype": "bfloat16"}
+    checked = check(config)
+    assert checked["finetune"]["enabled"] is True and checked["finetune"]["cards"] == [2]
+    assert checked["finetune"]["max_samples"] is None
+    assert (
+        checked["evaluation"]["block_size"] == 64 and checked["evaluation"]["dtype"] == "bfloat16"
+    )
+    with pytest.raises(ConfigError, match=r"'finetune.cards.0': expected integer, got str 'two'"):
+        check(with_change("finetune", {"cards": ["two"]}))
+
+
+def dry_run(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-n", *args]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [  # (command line, what the plan must show)
+        # on top of the default study
+        (["--config", "system=cpu-bf16", 'diffusion={"dtype": "bfloat16"}'], "cpu-bf16"),
+        (["--config", 'finetune={"cards": [1], "max_steps": 2}'], "max_steps"),
+        (["--configfile", "study.yaml"], "models/only"),  # replaces the default study
+    ],
+)
+def test_config_on_the_command_line_as_snakemake_users_expect(tmp_path, args, expected):
+    study = {"study": "own", "models": {"only": {"source": "tiny-random"}},
+             "tasks": {"boolq": {"source": "standin", "limit": 2}}}  # fmt: skip
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    result = dry_run(tmp_path, "--printshellcmds", *args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    plan = result.stdout
+    if args[0] == "--configfile":
+        assert "models/only" in plan and "smollm" not in plan  # no merge with the default
+    elif "system=" in args[1]:
+        assert "--system cpu-bf16" in plan and "smollm" in plan
+    else:
+        assert '\\"max_steps\\": 2' in plan or '"max_steps": 2' in plan

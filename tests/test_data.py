@@ -6,16 +6,16 @@ import json
 
 import pandas as pd
 import pytest
-from accelstudy.data import REQUIRED_COLUMNS, DataSourceError, load_split, prepare_split
-from accelstudy.data.sources import read_prepared
-from accelstudy.data.standin import SPLITS, corpus_paragraphs, standin_rows
+from accelstudy.data.sources import DataSourceError, load_split, prepare_data, read_prepared
+from accelstudy.data.standin import corpus_paragraphs, standin_rows
+from accelstudy.tasks import SPLITS, TASKS
 
 
-@pytest.mark.parametrize("task", sorted(REQUIRED_COLUMNS))
+@pytest.mark.parametrize("task", sorted(TASKS))
 def test_standin_has_task_schema(task, standin):
     rows = standin[task]
     assert len(rows) > 50
-    for column in REQUIRED_COLUMNS[task]:
+    for column in TASKS[task].columns:
         assert column in rows[0]
 
 
@@ -61,9 +61,11 @@ def test_local_files_in_each_format(tmp_path, suffix):
         {"question": ["is it", "is not"], "answer": [True, False], "passage": ["a", "b"]}
     )
     path = tmp_path / f"boolq{suffix}"
-    {".jsonl": lambda p: frame.to_json(p, orient="records", lines=True),
-     ".csv": lambda p: frame.to_csv(p, index=False),
-     ".parquet": lambda p: frame.to_parquet(p)}[suffix](path)  # fmt: skip
+    {
+        ".jsonl": lambda p: frame.to_json(p, orient="records", lines=True),
+        ".csv": lambda p: frame.to_csv(p, index=False),
+        ".parquet": lambda p: frame.to_parquet(p),
+    }[suffix](path)
     rows = load_split(
         "boolq", {"source": "local", "files": {"validation": str(path)}}, "validation"
     )
@@ -79,21 +81,26 @@ def test_dataset_without_expected_columns_names_them(tmp_path):
     assert "\n" not in str(error.value)
 
 
-def test_prepare_split_round_trips_and_never_leaves_partial_output(tmp_path):
+def test_prepare_data_round_trips_and_never_leaves_partial_output(tmp_path):
     out = tmp_path / "data" / "boolq" / "validation.jsonl"
-    n = prepare_split("boolq", {"source": "standin"}, "validation", out)
+    n = prepare_data("boolq", {"source": "standin"}, "validation", out)
     assert len(read_prepared(out)) == n
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"x": 1}\n')
     target = tmp_path / "data" / "boolq" / "train.jsonl"
     with pytest.raises(DataSourceError):
-        prepare_split("boolq", {"source": "local", "files": {"train": str(bad)}}, "train", target)
+        prepare_data("boolq", {"source": "local", "files": {"train": str(bad)}}, "train", target)
     assert not target.exists()
     assert [p.name for p in out.parent.iterdir()] == ["validation.jsonl"]
 
 
-HELLASWAG_ROW = {"activity_label": "a", "ctx_a": "x", "ctx_b": "y",
-                 "endings": ["e1", "e2", "e3", "e4"], "label": "2"}  # fmt: skip
+HELLASWAG_ROW = {
+    "activity_label": "a",
+    "ctx_a": "x",
+    "ctx_b": "y",
+    "endings": ["e1", "e2", "e3", "e4"],
+    "label": "2",
+}
 BOOLQ_ROW = {"question": "q", "passage": "p", "answer": True}
 
 
@@ -132,11 +139,17 @@ def test_bad_values_stop_with_file_row_column_value(tmp_path, task, column, valu
 
 def test_values_are_normalised(tmp_path):
     answers = [True, False, 1, 0, "TRUE", "false", " True "]
-    rows = load_split("boolq", _write(tmp_path, "boolq", [{**BOOLQ_ROW, "answer": a} for a in answers]),
-                      "validation")  # fmt: skip
+    rows = load_split(
+        "boolq",
+        _write(tmp_path, "boolq", [{**BOOLQ_ROW, "answer": a} for a in answers]),
+        "validation",
+    )
     assert [r["answer"] for r in rows] == [True, False, True, False, True, False, True]
-    labels = load_split("hellaswag", _write(tmp_path, "hellaswag", [HELLASWAG_ROW, {**HELLASWAG_ROW, "label": 0}]),
-                        "validation")  # fmt: skip
+    labels = load_split(
+        "hellaswag",
+        _write(tmp_path, "hellaswag", [HELLASWAG_ROW, {**HELLASWAG_ROW, "label": 0}]),
+        "validation",
+    )
     assert [r["label"] for r in labels] == [2, 0]
 
 

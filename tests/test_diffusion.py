@@ -12,20 +12,43 @@ import numpy as np
 import pytest
 import torch
 from accelstudy.data import dust
-from accelstudy.diffusion import points, quality, sr3
-from accelstudy.finetune.sweep import SweepError
+from accelstudy.diffusion import quality, sr3
+from accelstudy.errors import ConfigError
 
 from tests.conftest import ROOT
 
-SPEC = {"source": "standin", "nside": 16, "frequency_ghz": 545, "patches": 16,
-        "validation_patches": 2, "hr_size": 16, "scale": 4, "downsample": "block",
-        "reso_arcmin": None}  # fmt: skip
-MODEL = {"inner_channels": 8, "channel_multipliers": [1, 2], "attention_resolutions": [8],
-         "res_blocks": 1, "dropout": 0.0}  # fmt: skip
+SPEC = {
+    "source": "standin",
+    "nside": 16,
+    "frequency_ghz": 545,
+    "patches": 16,
+    "validation_patches": 2,
+    "hr_size": 16,
+    "scale": 4,
+    "downsample": "block",
+    "reso_arcmin": None,
+}
+MODEL = {
+    "inner_channels": 8,
+    "channel_multipliers": [1, 2],
+    "attention_resolutions": [8],
+    "res_blocks": 1,
+    "dropout": 0.0,
+}
 SCHEDULE = {"steps": 2000, "beta_start": 1e-6, "beta_end": 1e-2}
-POINT = {"devices": 2, "repeat": 0, "seed": 7, "total_iterations": 4, "warmup_iterations": 1,
-         "batch_per_device": 4, "learning_rate": 2e-5, "dtype": "float32", "model": MODEL,
-         "schedule": SCHEDULE, "quality": {"images": 2, "sampling_steps": 3}}  # fmt: skip
+POINT = {
+    "devices": 2,
+    "repeat": 0,
+    "seed": 7,
+    "total_iterations": 4,
+    "warmup_iterations": 1,
+    "batch_per_device": 4,
+    "learning_rate": 2e-5,
+    "dtype": "float32",
+    "model": MODEL,
+    "schedule": SCHEDULE,
+    "quality": {"images": 2, "sampling_steps": 3},
+}
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +110,10 @@ def test_pairs_are_block_means_of_the_truth_in_unit_range(pairs):
     ],
 )
 def test_bad_diffusion_settings_are_one_line_before_any_job(change, message):
-    from accelstudy.config import ConfigError, load_config, load_system, validate_config
+    from accelstudy.study import check_diffusion, load_study, validate_study
+    from accelstudy.systems import load_system
 
-    config = load_config(ROOT / "config" / "config.yaml")
+    config = load_study(ROOT / "config" / "config.yaml")
     sweep = config["diffusion"]
     for key in ("hr_size", "scale", "source", "preset"):
         if key in change:
@@ -97,29 +121,32 @@ def test_bad_diffusion_settings_are_one_line_before_any_job(change, message):
     sweep["devices"] = change.get("devices", sweep["devices"])
     sweep["model"]["attention_resolutions"] = change.get("attention", [8])
     with pytest.raises(ConfigError) as error:
-        validate_config(config)
+        validate_study(config)
     assert message in str(error.value) and "\n" not in str(error.value)
-    with pytest.raises(SweepError):
-        points.check_diffusion(config, load_system("cpu"))
+    with pytest.raises(ConfigError):
+        check_diffusion(config, load_system("cpu"))
 
 
 def test_missing_pysm_data_names_every_file_and_the_variable(tmp_path):
-    with pytest.raises(SweepError) as error:
-        points.check_preset("d1", 256, environ={})
+    with pytest.raises(ConfigError) as error:
+        dust.check_preset("d1", 256, environ={})
     text = str(error.value)
     assert "pysm_2/dust_t_new.fits, pysm_2/dust_q_new.fits" in text
     assert "PYSM_LOCAL_DATA (now unset)" in text and "source: standin" in text
-    for name in points.preset_files("d1", 256):
+    for name in dust.preset_files("d1", 256):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).touch()
-    points.check_preset("d1", 256, environ={"PYSM_LOCAL_DATA": str(tmp_path)})
+    dust.check_preset("d1", 256, environ={"PYSM_LOCAL_DATA": str(tmp_path)})
 
 
 def test_local_images_whose_scale_does_not_match_stop_with_one_line(tmp_path):
     np.savez(tmp_path / "mine.npz", hr=np.random.rand(4, 16, 16), lr=np.random.rand(4, 8, 8))
     spec = {**SPEC, "source": "local", "file": str(tmp_path / "mine.npz")}
-    with pytest.raises(dust.DustDataError, match=r"'diffusion.data.scale': 4, but .* pairs "
-                       r"8-pixel inputs with 16-pixel targets; set scale to 2"):  # fmt: skip
+    with pytest.raises(
+        dust.DustDataError,
+        match=r"'diffusion.data.scale': 4, but .* pairs "
+        r"8-pixel inputs with 16-pixel targets; set scale to 2",
+    ):
         dust.prepare_dust(spec, 0, tmp_path / "pairs.npz", tmp_path / "card.json")
     assert not (tmp_path / "pairs.npz").exists()
     card = dust.prepare_dust({**spec, "scale": 2}, 0, tmp_path / "pairs.npz", tmp_path / "c.json")
@@ -203,30 +230,57 @@ def test_the_papers_network_is_sr3s_size():
     """Inner 128, multipliers [1,2,4,4,8,8], attention at 16, 3 blocks at 256 x 256: a UNet of
     hundreds of millions of parameters (built on the meta device: no memory, no time)."""
     with torch.device("meta"):
-        unet = sr3.build_unet({"inner_channels": 128, "channel_multipliers": [1, 2, 4, 4, 8, 8],
-                               "attention_resolutions": [16], "res_blocks": 3,
-                               "dropout": 0.2}, 256)  # fmt: skip
+        unet = sr3.build_unet(
+            {
+                "inner_channels": 128,
+                "channel_multipliers": [1, 2, 4, 4, 8, 8],
+                "attention_resolutions": [16],
+                "res_blocks": 3,
+                "dropout": 0.2,
+            },
+            256,
+        )
     assert 500e6 < sr3.parameter_count(unet) < 650e6
     assert [type(b).__name__ for b in unet.down_blocks].index("AttnDownBlock2D") == 4
 
 
 def test_strong_scaling_iterations():
     from accelstudy.diffusion.train import iterations_for
+    from accelstudy.points import DiffusionPoint
 
-    paper = {"total_iterations": 40000}
+    paper = DiffusionPoint(total_iterations=40000)
     assert [iterations_for(paper, n) for n in (1, 2, 4)] == [40000, 20000, 10000]
-    assert iterations_for({"total_iterations": 5}, 2) == 3
+    assert iterations_for(DiffusionPoint(total_iterations=5), 2) == 3
 
 
 def run_point(pairs, tmp_path, devices: int, env: dict | None = None):
     folder, _ = pairs
     out, samples = tmp_path / "repeat-0.json", tmp_path / "repeat-0.samples.npz"
-    cmd = [sys.executable, "-m", "accelstudy", "diffusion", "--study", "t", "--system", "cpu",
-           "--point", json.dumps({**POINT, "devices": devices}), "--data",
-           str(folder / "pairs.npz"), "--card", str(folder / "card.json"), "--threads",
-           str(devices), "--out", str(out), "--samples", str(samples)]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, **(env or {})})  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelstudy",
+        "diffusion",
+        "--study",
+        "t",
+        "--system",
+        "cpu",
+        "--point",
+        json.dumps({**POINT, "devices": devices}),
+        "--data",
+        str(folder / "pairs.npz"),
+        "--card",
+        str(folder / "card.json"),
+        "--threads",
+        str(devices),
+        "--out",
+        str(out),
+        "--samples",
+        str(samples),
+    ]
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})}
+    )
     return result, out, samples
 
 

@@ -11,7 +11,13 @@ import torch
 from accelstudy.evaluate import evaluate_task
 from accelstudy.evaluate.multiple_choice import decide, score_items, tokenize_request
 from accelstudy.evaluate.perplexity import documents, paper_blocks
-from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, boolq_paper, hellaswag_clean
+from accelstudy.evaluate.prompts import (
+    CHOICE_PROTOCOLS,
+    boolq_paper,
+    encode,
+    encode_pair,
+    hellaswag_clean,
+)
 from accelstudy.evaluate.scoring import (
     Score,
     score_padded_batch,
@@ -19,7 +25,6 @@ from accelstudy.evaluate.scoring import (
     score_shared_context,
     score_shared_contexts,
 )
-from accelstudy.evaluate.tokens import encode, encode_pair
 from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
 
 from tests.conftest import EVAL_SETTINGS
@@ -117,8 +122,14 @@ def test_lm_eval_rolling_perplexity_counts_every_token_once(tiny, cpu, standin):
 
 
 def test_documents_split_at_top_level_headings():
-    rows = [{"text": ""}, {"text": " = A = \n"}, {"text": ""}, {"text": " a1 \n"},
-            {"text": " = = Sub = = \n"}, {"text": " = B = \n"}]  # fmt: skip
+    rows = [
+        {"text": ""},
+        {"text": " = A = \n"},
+        {"text": ""},
+        {"text": " a1 \n"},
+        {"text": " = = Sub = = \n"},
+        {"text": " = B = \n"},
+    ]
     assert documents(rows) == [" = A = \n \n a1 \n = = Sub = = ", " = B = \n"]
 
 

@@ -16,18 +16,16 @@ import pytest
 import yaml
 from accelstudy.cli import build_parser
 from accelstudy.finetune import strategies, train
+from accelstudy.points import FinetunePoint, Lora
 
 ROOT = Path(__file__).resolve().parents[1]
-LORA = {"rank": 8, "alpha": 8, "dropout": 0.05, "targets": ["q_proj", "v_proj"]}
 
 
-def make_point(strategy: str, gaudi_mode: str = "lazy", attention: str = "fused") -> dict:
-    return {
-        "strategy": strategy, "gaudi_mode": gaudi_mode, "attention": attention, "cards": 8,
-        "method": "lora", "dtype": "bfloat16", "max_steps": 4, "per_device_batch": 2,
-        "grad_accum": 2, "max_seq_length": 64, "learning_rate": 3e-4, "max_grad_norm": 0.3, "lora": LORA,
-        "throughput_warmup_steps": 3, "checkpoint_steps": None,
-    }  # fmt: skip
+def make_point(strategy: str, gaudi_mode: str = "lazy", attention: str = "fused") -> FinetunePoint:
+    mode = dict(strategy=strategy, gaudi_mode=gaudi_mode, attention=attention)
+    return FinetunePoint(
+        **mode, cards=8, max_steps=4, max_seq_length=64, lora=Lora(rank=8, alpha=8)
+    )
 
 
 class Recorder:
@@ -104,7 +102,7 @@ CASES = [  # strategy, gaudi_mode asked, mode that runs
 @pytest.mark.parametrize(("strategy", "asked", "mode"), CASES)
 def test_gaudi_training_arguments(habana, strategy, asked, mode, tmp_path):
     point = make_point(strategy, asked)
-    args = strategies.gaudi_training_arguments(point, tmp_path, ["GaudiLlamaDecoderLayer"]).kwargs
+    args = strategies.training_arguments(point, tmp_path, "hpu", ["GaudiLlamaDecoderLayer"]).kwargs
     compiled = mode == "compile"
     assert strategies.gaudi_mode(point) == mode
     assert strategies.gaudi_env(point) == {"PT_HPU_LAZY_MODE": "0" if compiled else "1"}
@@ -112,10 +110,15 @@ def test_gaudi_training_arguments(habana, strategy, asked, mode, tmp_path):
     assert args["gaudi_config_name"] == str(ROOT / "envs" / "gaudi" / "gaudi_config.json")
     assert args["throughput_warmup_steps"] == 3 and args["save_strategy"] == "no"
     assert (args["bf16"], args["lr_scheduler_type"], args["max_grad_norm"]) == (
-        True, "constant", 0.3,
-    )  # fmt: skip
-    compile_args = {"torch_compile": True, "torch_compile_backend": "hpu_backend",
-                    "pipelining_fwd_bwd": False}  # fmt: skip
+        True,
+        "constant",
+        0.3,
+    )
+    compile_args = {
+        "torch_compile": True,
+        "torch_compile_backend": "hpu_backend",
+        "pipelining_fwd_bwd": False,
+    }
     assert {k: args[k] for k in compile_args if k in args} == (compile_args if compiled else {})
     assert args.get("deepspeed") == (
         strategies.deepspeed_config(point) if strategy == "zero3" else None
@@ -124,10 +127,13 @@ def test_gaudi_training_arguments(habana, strategy, asked, mode, tmp_path):
         assert args["fsdp"] == "full_shard auto_wrap"
         assert args["fsdp_config"] == {
             "transformer_layer_cls_to_wrap": ["GaudiLlamaDecoderLayer"],
-            "backward_prefetch": "BACKWARD_PRE", "forward_prefetch": False,
-            "use_orig_params": True, "sync_module_states": True,
-            "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": False,
-        }  # fmt: skip
+            "backward_prefetch": "BACKWARD_PRE",
+            "forward_prefetch": False,
+            "use_orig_params": True,
+            "sync_module_states": True,
+            "state_dict_type": "FULL_STATE_DICT",
+            "activation_checkpointing": False,
+        }
     else:
         assert "fsdp" not in args
 
@@ -137,12 +143,12 @@ def test_gaudi_trainer_reads_the_shipped_config(habana, model_dir, strategy, ask
     attention = "eager" if strategy == "zero3" else "fused"  # eager: Habana's flash attention off
     point = make_point(strategy, asked, attention)
     model, _ = train.load_model(model_dir, point, "hpu")
-    trainer = strategies.gaudi_trainer(point, model, args="the args", callbacks=[])
+    trainer = strategies.trainer(point, "hpu", model, args="the args", callbacks=[])
     shipped = ROOT / "envs" / "gaudi" / "gaudi_config.json"
     assert FakeGaudiConfig.read == [str(shipped)]
     assert trainer.gaudi_config.kwargs == json.loads(shipped.read_text())
     assert trainer.args == "the args" and trainer.model is model
-    fused = point["attention"] == "fused"
+    fused = point.attention == "fused"
     flags = model.generation_config
     assert (flags.use_flash_attention, flags.flash_attention_causal_mask) == (fused, fused)
     assert getattr(flags, "use_fused_rope", True) is (mode == "lazy")
@@ -160,9 +166,12 @@ def test_fsdp_wraps_the_decoder_layer_gaudi_built(habana, model_dir):
 def test_a_rank_restarts_itself_in_the_points_mode(monkeypatch):
     real_find_spec = train.importlib.util.find_spec
     monkeypatch.setattr(
-        train.importlib.util, "find_spec",
-        lambda name, *rest: object() if name == "habana_frameworks" else real_find_spec(name, *rest),
-    )  # fmt: skip
+        train.importlib.util,
+        "find_spec",
+        lambda name, *rest: (
+            object() if name == "habana_frameworks" else real_find_spec(name, *rest)
+        ),
+    )
     restarts: list[list[str]] = []
     monkeypatch.setattr(train.os, "execv", lambda exe, argv: restarts.append(argv))
     monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
@@ -205,6 +214,6 @@ def test_mpijob_runs_one_point_with_the_rules_command():
     assert set(re.findall(r"--[a-z-]+", " ".join(command))) == set(
         re.findall(r"(--[a-z-]+) \{", rule)
     )
-    filled = [json.dumps(make_point("zero3")) if arg == "$POINT" else arg for arg in command]
+    filled = [make_point("zero3").to_json() if arg == "$POINT" else arg for arg in command]
     args = build_parser().parse_args(filled[1:])
-    assert args.command == "finetune" and args.point["strategy"] == "zero3"
+    assert args.command == "finetune" and args.point == make_point("zero3")

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from accelstudy import launch
-from accelstudy.config import ConfigError, load_system, validate_config
+from accelstudy import launch, ranks
+from accelstudy.errors import ConfigError
 from accelstudy.finetune.planner import load_config, plan, plan_point
-from accelstudy.finetune.stages import workload
+from accelstudy.points import Lora
+from accelstudy.study import validate_study
+from accelstudy.systems import load_system
 
 from tests.test_finetune_train import make_point, run_worker
 
@@ -33,8 +35,8 @@ def test_model_state_bytes_within_5_percent(strategy, processes, tiny_dir, tmp_p
     out = tmp_path / "result.json"
     finished = run_worker(point, tiny_dir, out, processes=processes)
     assert finished.returncode == 0, finished.stderr[-3000:]
-    predicted = plan(load_config(tiny_dir), workload(point, "cpu")).model_states
-    for held in json.loads(out.read_text())["model_state_bytes"]:
+    predicted = plan(load_config(tiny_dir), point, "cpu").model_states
+    for held in json.loads(out.read_text())["metrics"]["model_state_bytes"]:
         assert predicted == pytest.approx(sum(held[k] for k in STATE_KEYS), rel=0.05)
 
 
@@ -45,9 +47,16 @@ def smollm2_shaped(tmp_path_factory):
     from accelstudy.models import save_prepared, train_tiny_tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
-                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                         max_position_embeddings=2048, tie_word_embeddings=True)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("plan") / "smollm2-shaped"
     save_prepared(LlamaForCausalLM(config), train_tiny_tokenizer(), path)
@@ -58,15 +67,13 @@ def smollm2_shaped(tmp_path_factory):
 def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped, tmp_path):
     """The CPU peak is each rank's RSS growth from just before the model loads to its
     maximum (getrusage), against the planner's total for a cpu device."""
-    point = make_point(strategy, cards=processes, max_steps=2, throughput_warmup_steps=0,
-                       max_seq_length=512, zero3_persistence_threshold=None,
-                       lora={"rank": 64, "alpha": 64, "dropout": 0.05,
-                             "targets": ["q_proj", "v_proj"]})  # fmt: skip
+    point = make_point(strategy, cards=processes, max_steps=2, throughput_warmup_steps=0)
+    point = point.replace(max_seq_length=512, zero3_persistence_threshold=None, lora=Lora())
     out = tmp_path / "result.json"
     finished = run_worker(point, smollm2_shaped, out, processes=processes)
     assert finished.returncode == 0, finished.stderr[-3000:]
-    predicted = plan(load_config(smollm2_shaped), workload(point, "cpu")).total
-    for peak in json.loads(out.read_text())["metrics"]["peak_memory_bytes"]:
+    predicted = plan(load_config(smollm2_shaped), point, "cpu").total
+    for peak in json.loads(out.read_text())["metrics"]["peak_memory_per_rank"]:
         assert predicted == pytest.approx(peak, rel=0.25)
 
 
@@ -88,8 +95,12 @@ def test_the_papers_facts():
 
 
 def study(**finetune) -> dict:
-    return {"study": "s", "models": {"m": {"source": "tiny-random"}},
-            "tasks": {"boolq": {"source": "standin"}}, "finetune": {"enabled": True, **finetune}}  # fmt: skip
+    return {
+        "study": "s",
+        "models": {"m": {"source": "tiny-random"}},
+        "tasks": {"boolq": {"source": "standin"}},
+        "finetune": {"enabled": True, **finetune},
+    }
 
 
 @pytest.mark.parametrize(
@@ -108,7 +119,7 @@ def study(**finetune) -> dict:
 def test_bad_sweeps_stop_with_one_line(finetune, system, message):
     config = {**study(**finetune), "system": system}
     with pytest.raises(ConfigError, match="config key") as error:
-        validate_config(config)
+        validate_study(config)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -116,61 +127,82 @@ def test_zero3_without_deepspeed(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "deepspeed" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "deepspeed" else real(name, *a),
+    )
     with pytest.raises(ConfigError, match="zero3 needs DeepSpeed"):
-        validate_config(study())
-    validate_config(study(on_unsupported="record"))  # recorded as unsupported instead
+        validate_study(study())
+    validate_study(study(on_unsupported="record"))  # recorded as unsupported instead
 
 
 def test_launch_lines_per_site(monkeypatch):
-    monkeypatch.setattr(launch, "first_host", lambda environ: "nid001")
+    monkeypatch.setattr(launch, "first_host", lambda: "nid001")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
     args = ["--point", "{}"]
     cpu = launch.command(load_system("cpu"), 2, "w", args)
-    assert cpu[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone",
-                       "-m", "w", *args]  # fmt: skip
-    perlmutter = launch.command(load_system("perlmutter"), 8, "w", args,
-                                environ={"SLURM_JOB_NODELIST": "nid[001-002]", "SLURM_JOB_ID": "7"})  # fmt: skip
+    assert cpu[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=2",
+        "--standalone",
+        "-m",
+        "w",
+        *args,
+    ]
+    perlmutter = launch.command(load_system("perlmutter"), 8, "w", args)
     assert perlmutter[:4] == ["srun", "--overlap", "--nodes=2", "--ntasks-per-node=1"]
-    assert {"--nproc-per-node=4", "--nnodes=2", "--rdzv-backend=c10d",
-            "--rdzv-endpoint=nid001:29500", "--rdzv-id=7"} <= set(perlmutter)  # fmt: skip
+    assert {
+        "--nproc-per-node=4",
+        "--nnodes=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=nid001:29500",
+        "--rdzv-id=7",
+    } <= set(perlmutter)
     voyager = load_system("voyager")
     assert launch.command(voyager, 8, "w", args)[:3] == ["mpirun", "-n", "8"]
-    assert launch.command(voyager, 8, "w", args, "zero3")[:3] == ["deepspeed", "--num_gpus=8",
-                                                                 "--no_local_rank"]  # fmt: skip
+    assert launch.command(voyager, 8, "w", args, "zero3")[:3] == [
+        "deepspeed",
+        "--num_gpus=8",
+        "--no_local_rank",
+    ]
     multi = launch.command(voyager, 16, "w", args)
     assert multi[:7] == ["mpirun", "-n", "16", "--hostfile", "/etc/mpi/hostfile", "--npernode", "8"]
     with pytest.raises(ValueError, match="only a SLURM allocation"):
-        launch.command({**load_system("cpu"), "cards_per_node": 1, "nodes": 4}, 2, "w", args)
+        launch.command(load_system("cpu").replace(cards_per_node=1, nodes=4), 2, "w", args)
 
 
 def test_mpi_ranks_get_torch_variables():
-    environ = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
-               "OMPI_COMM_WORLD_LOCAL_RANK": "3"}  # fmt: skip
-    launch.rank_environment(environ)
+    environ = {
+        "OMPI_COMM_WORLD_RANK": "3",
+        "OMPI_COMM_WORLD_SIZE": "8",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+    }
+    ranks.rank_environment(environ)
     assert (environ["RANK"], environ["WORLD_SIZE"], environ["LOCAL_RANK"]) == ("3", "8", "3")
 
 
 def stage_point(tiny_dir, tmp_path, **overrides):
-    from accelstudy.finetune.stages import finetune_point
+    from accelstudy.finetune import job
 
-    point = {**make_point("ddp", cards=1, max_steps=1, throughput_warmup_steps=0),
-             "skip_predicted_oom": True, "on_unsupported": "record", **overrides}  # fmt: skip
+    point = make_point("ddp", cards=1, max_steps=1, throughput_warmup_steps=0)
+    point = point.replace(**{"skip_predicted_oom": True, "on_unsupported": "record", **overrides})
     out = tmp_path / "record.json"
-    finetune_point(study="s", system="cpu", model_name="tiny", model_dir=tiny_dir, point=point,
-                   data_source="standin", threads=1, out=out, device_kind="cpu")  # fmt: skip
+    where = dict(study="s", system="cpu", data_source="standin", threads=1, device_kind="cpu")
+    job.run(model_name="tiny", model_dir=tiny_dir, point=point, out=out, **where)
     return json.loads(out.read_text())["metrics"]
 
 
 def test_holes_are_records_not_crashes(tiny_dir, tmp_path, monkeypatch):
     """Predicted not to fit: recorded without launching; out of memory inside the ranks:
     recorded, the job succeeds; a backend that cannot: recorded or one line, as asked."""
-    from accelstudy.finetune import stages
+    from accelstudy.finetune import job
     from accelstudy.records import validate_record
     from transformers import LlamaForCausalLM
 
-    monkeypatch.setattr(stages, "memory_per_card", lambda system, cards: 1e-6)
-    monkeypatch.setattr(stages, "run_ranks", lambda *a: pytest.fail("launched"))
+    monkeypatch.setattr(job, "memory_per_card", lambda system, cards: 1e-6)
+    monkeypatch.setattr(job, "run_ranks", lambda *a: pytest.fail("launched"))
     metrics = stage_point(tiny_dir, tmp_path)
     assert metrics["status"] == "predicted-does-not-fit" and "tokens_per_s" not in metrics
     monkeypatch.undo()
@@ -181,6 +213,6 @@ def test_holes_are_records_not_crashes(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(LlamaForCausalLM, "_supports_sdpa", False)
     metrics = stage_point(tiny_dir, tmp_path)
     assert metrics["status"] == "unsupported" and "attention eager" in metrics["error"]
-    with pytest.raises(stages.PointFailed, match="no fused"):
+    with pytest.raises(job.PointFailed, match="no fused"):
         stage_point(tiny_dir, tmp_path, on_unsupported="error")
     validate_record(json.loads((tmp_path / "record.json").read_text()))

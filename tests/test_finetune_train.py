@@ -19,6 +19,7 @@ from accelstudy.data.instructions import (
     prompt_text,
 )
 from accelstudy.data.sources import DataSourceError
+from accelstudy.points import FinetunePoint, Lora
 from accelstudy.ranks import KILL_HOOK
 
 WORKER = ["-m", "accelstudy.finetune.train"]
@@ -28,24 +29,18 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 ELEMENT_BYTES = {"ddp": (2, 2), "fsdp": (4, 2), "zero3": (2, 2)}
 
 
-def make_point(strategy: str, **overrides) -> dict:
-    point = {
-        "strategy": strategy, "cards": 2, "attention": "fused", "method": "lora",
-        "dtype": "bfloat16", "max_steps": 4, "per_device_batch": 2, "grad_accum": 2,
-        "max_seq_length": 64, "learning_rate": 3e-4, "max_grad_norm": 0.3,
-        "lora": {"rank": 8, "alpha": 8, "dropout": 0.05, "targets": ["q_proj", "v_proj"]},
-        "throughput_warmup_steps": 3, "data": {"source": "standin"},
-        # DeepSpeed keeps parameters under 1e5 elements whole on every rank: all of a tiny
-        # model's are, so shard them too to see the partitioning
-        "zero3_persistence_threshold": 0,
-    }  # fmt: skip
-    return {**point, **overrides}
+def make_point(strategy: str, **overrides) -> FinetunePoint:
+    """A 2-rank LoRA point (rank 8) on 64-token blocks. DeepSpeed keeps parameters under 1e5
+    elements whole on every rank: all of a tiny model's are, so shard them too to see it."""
+    lora = Lora(rank=8, alpha=8)
+    point = FinetunePoint(strategy=strategy, cards=2, max_steps=4, max_seq_length=64, lora=lora)
+    return point.replace(zero3_persistence_threshold=0, **overrides)
 
 
-def run_worker(point, model_dir, out, processes=2, env=None):
+def run_worker(point: FinetunePoint, model_dir, out, processes=2, env=None):
     launcher = [*TORCHRUN, str(processes)] if processes else [sys.executable]
-    command = [*launcher, *WORKER, "--point", json.dumps(point), "--model-dir", str(model_dir),
-               "--out", str(out)]  # fmt: skip
+    command = [*launcher, *WORKER, "--point", point.to_json()]
+    command += ["--model-dir", str(model_dir), "--out", str(out)]
     return subprocess.run(
         command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=600
     )
@@ -83,7 +78,7 @@ def test_two_processes_shard_as_the_strategy_says(strategy, model_dir, full_nume
     metrics = result["metrics"]
     assert metrics["steps"] == 4 and metrics["throughput_warmup_steps"] == 3
     assert math.isfinite(metrics["final_loss"]) and metrics["tokens_per_s"] > 0
-    assert len(metrics["peak_memory_bytes"]) == 2
+    assert len(metrics["peak_memory_per_rank"]) == 2
 
     trainable_size, frozen_size = ELEMENT_BYTES[strategy]
     full = {
@@ -91,7 +86,7 @@ def test_two_processes_shard_as_the_strategy_says(strategy, model_dir, full_nume
         "params_frozen": full_numel[1] * frozen_size,
     }
     share = 1.0 if strategy == "ddp" else 0.5
-    ranks = result["model_state_bytes"]
+    ranks = metrics["model_state_bytes"]
     for held in ranks:
         for key, total in full.items():
             assert held[key] == pytest.approx(share * total, rel=0.02), (key, held)
@@ -129,7 +124,7 @@ def test_one_process_without_torchrun(model_dir, tmp_path):
     assert finished.returncode == 0, finished.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 1 and result["metrics"]["throughput_warmup_steps"] == 0
-    assert result["model_state_bytes"][0]["master_fp32"] > 0
+    assert result["metrics"]["model_state_bytes"][0]["master_fp32"] > 0
 
 
 def test_prompts_are_the_scripts_templates():

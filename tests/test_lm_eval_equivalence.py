@@ -52,13 +52,20 @@ def _task_yaml(tmp: Path, task: str, rows: list[dict]) -> str:
 def _harness(model, tokenizer, name: str, tasks_dir: Path, batch_size: int) -> dict:
     """lm_eval.simple_evaluate with HFLM around the in-memory model, on our task file."""
     lm = HFLM(
-        pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
-        max_length=EVAL_SETTINGS["lm_eval_max_length"], device="cpu",
-    )  # fmt: skip
+        pretrained=model,
+        tokenizer=tokenizer,
+        batch_size=batch_size,
+        max_length=EVAL_SETTINGS["lm_eval_max_length"],
+        device="cpu",
+    )
     return lm_eval.simple_evaluate(
-        model=lm, tasks=[name], task_manager=TaskManager(include_path=str(tasks_dir)),
-        log_samples=True, num_fewshot=0, bootstrap_iters=0,
-    )  # fmt: skip
+        model=lm,
+        tasks=[name],
+        task_manager=TaskManager(include_path=str(tasks_dir)),
+        log_samples=True,
+        num_fewshot=0,
+        bootstrap_iters=0,
+    )
 
 
 @pytest.mark.parametrize("fixture", ["tiny", "tiny_bos"])

@@ -13,10 +13,13 @@ from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS
 from tests.conftest import EVAL_SETTINGS
 
 HELLASWAG = {
-    "activity_label": "Cooking", "ctx_a": "A man pours rice into a pot.",
-    "ctx_b": "he", "ctx": "A man pours rice into a pot. he",
-    "endings": ["stirs it.", "sings.", "leaves the kitchen.", "adds water."], "label": "3",
-}  # fmt: skip
+    "activity_label": "Cooking",
+    "ctx_a": "A man pours rice into a pot.",
+    "ctx_b": "he",
+    "ctx": "A man pours rice into a pot. he",
+    "endings": ["stirs it.", "sings.", "leaves the kitchen.", "adds water."],
+    "label": "3",
+}
 
 
 @pytest.mark.parametrize("fixture", ["tiny", "tiny_bos"])
@@ -75,15 +78,22 @@ def test_hellaswag_right_truncation_keeps_the_first_tokens(tiny):
 
 def test_boolq_passage_beyond_512_tokens_loses_its_answer(tiny, cpu):
     model, tokenizer = tiny
-    long = {"passage": "The interpreter reads the source line by line. " * 120,
-            "question": "does the interpreter read the source", "answer": True}  # fmt: skip
-    short = {"passage": "Tuples are immutable sequences.", "question": "is a tuple immutable",
-             "answer": True}  # fmt: skip
+    long = {
+        "passage": "The interpreter reads the source line by line. " * 120,
+        "question": "does the interpreter read the source",
+        "answer": True,
+    }
+    short = {
+        "passage": "Tuples are immutable sequences.",
+        "question": "is a tuple immutable",
+        "answer": True,
+    }
     spec = CHOICE_PROTOCOLS[("boolq", "paper")]
     context, answers = tokenize_request(tokenizer, spec.build(long), spec, 512)
     assert len(context) == 512 and answers == [[], []]
-    metrics, items = evaluate_task(model, tokenizer, "boolq", "paper", [long, short],
-                                   EVAL_SETTINGS, cpu)  # fmt: skip
+    metrics, items = evaluate_task(
+        model, tokenizer, "boolq", "paper", [long, short], EVAL_SETTINGS, cpu
+    )
     assert items[0]["n_tokens"] == [0, 0]
     assert items[0]["predictions"] == {"acc_ties_no": 1, "acc_ties_yes": 0}  # -inf == -inf
     assert items[1]["predictions"]["acc_ties_no"] == items[1]["predictions"]["acc_ties_yes"]

@@ -9,17 +9,29 @@ import pandas as pd
 import pytest
 import torch
 from accelstudy.config import ConfigError, validate_config
-from accelstudy.ptq.accounting import paper_ratio, saved_bytes
-from accelstudy.ptq.calibration import choice_calibration, perplexity_calibration
-from accelstudy.ptq.clustering import assign_bits, cluster_ranks, percentile_groups
-from accelstudy.ptq.fake_quant import fake_quantize, layer_map, quantize_dequantize
+from accelstudy.ptq import SensitivityTableError
+from accelstudy.ptq.clustering import assign_bits, cluster, cluster_ranks, percentile_groups
 from accelstudy.ptq.prune import magnitude_threshold, pruned, targets
-from accelstudy.ptq.real_quant import CastLinear, GroupQuantLinear, quantize_nvidia
-from accelstudy.ptq.sensitivity import scan
-from accelstudy.ptq.stages import SensitivityTableError, chunk_targets, cluster
+from accelstudy.ptq.quantize import paper_ratio, saved_bytes
+from accelstudy.ptq.sensitivity import build_calibration, chunk_targets, scan
+from accelstudy.ptq.weights import (
+    CastLinear,
+    GroupQuantLinear,
+    fake_quantize,
+    layer_map,
+    quantize_dequantize,
+    quantize_nvidia,
+)
 
-TINYLLAMA_LAYER = [(2048, 2048), (256, 2048), (256, 2048), (2048, 2048),
-                   (5632, 2048), (5632, 2048), (2048, 5632)]  # fmt: skip
+TINYLLAMA_LAYER = [
+    (2048, 2048),
+    (256, 2048),
+    (256, 2048),
+    (2048, 2048),
+    (5632, 2048),
+    (5632, 2048),
+    (2048, 5632),
+]
 
 
 @pytest.fixture()
@@ -36,8 +48,10 @@ def test_layer_pruning_uses_one_threshold_and_restores_bit_identical(model):
         assert zeroed == pytest.approx(0.3 * count, abs=2)
         for tensor in target.tensors:  # one threshold across all seven projections
             assert (tensor[tensor != 0].abs() >= threshold).all()
-        assert not torch.equal(model.state_dict()["model.layers.1.mlp.up_proj.weight"],
-                               before["model.layers.1.mlp.up_proj.weight"])  # fmt: skip
+        assert not torch.equal(
+            model.state_dict()["model.layers.1.mlp.up_proj.weight"],
+            before["model.layers.1.mlp.up_proj.weight"],
+        )
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
 
@@ -70,9 +84,10 @@ def test_prefix_reuse_equals_naive_scan(model, standin, task):
 
     tokenizer = train_tiny_tokenizer(512)
     if task == "wikitext":
-        calibration = perplexity_calibration(tokenizer, standin["wikitext"], 64, 4, 8)
+        settings, limit = {"block_size": 64, "batch_size": 4}, 8
     else:
-        calibration = choice_calibration(tokenizer, "hellaswag", standin["hellaswag"], 12, 2048)
+        settings, limit = {"hellaswag_max_length": 2048}, 12
+    calibration = build_calibration(tokenizer, task, standin[task], limit, settings)
     all_targets = targets(model, "layer")
     base_fast, fast, _ = scan(model, calibration, all_targets, 0.3, prefix_reuse=True)
     base_slow, slow, _ = scan(model, calibration, all_targets, 0.3, prefix_reuse=False)
@@ -95,10 +110,17 @@ def test_percentile_groups_remainder():
 def test_percentile_assigns_most_sensitive_the_first_bits():
     names = [f"layer-{i:02d}" for i in range(7)]
     scores = [0.1, 5.0, -0.2, 3.0, 0.0, 2.0, 1.0]
-    bits = assign_bits(names, scores, [16, 8, 4], "percentile")
+    bits = assign_bits(dict(zip(names, scores, strict=True)), [16, 8, 4], "percentile")
     # descending: 5.0, 3.0 | 2.0, 1.0 | 0.1, 0.0, -0.2 (the leftover goes last)
-    assert bits == {"layer-01": 16, "layer-03": 16, "layer-05": 8, "layer-06": 8,
-                    "layer-00": 4, "layer-04": 4, "layer-02": 4}  # fmt: skip
+    assert bits == {
+        "layer-01": 16,
+        "layer-03": 16,
+        "layer-05": 8,
+        "layer-06": 8,
+        "layer-00": 4,
+        "layer-04": 4,
+        "layer-02": 4,
+    }
 
 
 def test_kmeans_ranks_by_cluster_mean_and_median_split():
@@ -184,16 +206,22 @@ def test_chunks_cover_every_target_once():
     assert [x for p in parts for x in p] == items and [len(p) for p in parts] == [8, 8, 7, 7]
 
 
+def model_dir(folder, n_layers):
+    """A prepared model's folder, as far as the cluster stage reads it."""
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": n_layers}))
+    return folder
+
+
 def test_sensitivity_table_that_does_not_match_the_model(tmp_path):
     table = tmp_path / "s.csv"
     pd.DataFrame({"name": ["layer-00", "layer-01"], "layer": [0, 1], "score": [1.0, 2.0]}).to_csv(
         table
     )
+    options = {"table": table, "bits": [8, 4], "method": "percentile", "remainder": "last"}
     with pytest.raises(SensitivityTableError, match="the model has 4 decoder layers"):
-        cluster(table=table, bits=[8, 4], method="percentile", remainder="last", n_layers=4,
-                out=tmp_path / "a.json")  # fmt: skip
-    cluster(table=table, bits=[8, 4], method="percentile", remainder="last", n_layers=2,
-            out=tmp_path / "a.json")  # fmt: skip
+        cluster(**options, model_dir=model_dir(tmp_path / "m4", 4), out=tmp_path / "a.json")
+    cluster(**options, model_dir=model_dir(tmp_path / "m2", 2), out=tmp_path / "a.json")
     assert json.loads((tmp_path / "a.json").read_text())["layer_bits"] == {"0": 4, "1": 8}
 
 
@@ -231,7 +259,7 @@ def test_bad_ptq_config(path, value, message):
 
 
 def test_fp8_standin_stores_float8_and_stays_close(model):
-    from accelstudy.ptq.real_quant import quantize_fp8_standin
+    from accelstudy.ptq.weights import quantize_fp8_standin
 
     reference = copy.deepcopy(model)
     quantize_fp8_standin(model, {"layer-00": "bf16", "layer-01": "fp8"}, "e4m3")
@@ -250,7 +278,7 @@ def test_inc_fp8_two_pass_flow_with_a_mocked_inc(monkeypatch, model):
     import sys
     import types
 
-    from accelstudy.ptq.real_quant import FP8_BLOCKLIST, quantize_fp8_inc
+    from accelstudy.ptq.weights import FP8_BLOCKLIST, quantize_fp8_inc
 
     calls = []
 
@@ -269,9 +297,12 @@ def test_inc_fp8_two_pass_flow_with_a_mocked_inc(monkeypatch, model):
 
     loads = []
     result = quantize_fp8_inc(
-        lambda: loads.append(1) or model, ["model.layers.1.mlp.up_proj"], "e5m2",
-        lambda m: calls.append(("calibrate", None)), "/tmp/stats",
-    )  # fmt: skip
+        lambda: loads.append(1) or model,
+        ["model.layers.1.mlp.up_proj"],
+        "e5m2",
+        lambda m: calls.append(("calibrate", None)),
+        "/tmp/stats",
+    )
     assert result is model and len(loads) == 2  # QUANTIZE converts a fresh model
     assert [c[0] for c in calls] == ["prepare", "calibrate", "finalize", "convert"]
     measure, quantize = calls[0][1], calls[3][1]
@@ -284,24 +315,34 @@ def test_inc_fp8_two_pass_flow_with_a_mocked_inc(monkeypatch, model):
 
 @pytest.mark.parametrize("recipe", ["fake", "nvidia", "fp8", "bf16"])
 def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
-    from accelstudy.data.sources import prepare_split
+    from accelstudy.data.sources import prepare_data
     from accelstudy.models import save_prepared
-    from accelstudy.ptq.stages import quantized_eval
+    from accelstudy.ptq.quantize import quantize
     from accelstudy.records import read_record
 
     model, tokenizer = tiny
     save_prepared(model, tokenizer, tmp_path / "model")
-    prepare_split("wikitext", {"source": "standin"}, "test", tmp_path / "test.jsonl")
-    (tmp_path / "a.json").write_text(json.dumps(
-        {"bits": [16, 4], "method": "percentile", "layer_bits": {"0": 16, "1": 4}}
-    ))  # fmt: skip
-    quantized_eval(
-        study="t", system="cpu", model_name="tiny", model_dir=tmp_path / "model",
-        task="wikitext", data=tmp_path / "test.jsonl", data_source="standin",
-        settings={"block_size": 64, "batch_size": 4, "dtype": "float32"}, limit=3,
-        assignment=tmp_path / "a.json", recipe=recipe, group_size=32, symmetric=True,
-        out=tmp_path / "r.json", device_kind="cpu",
-    )  # fmt: skip
+    prepare_data("wikitext", {"source": "standin"}, "test", tmp_path / "test.jsonl")
+    (tmp_path / "a.json").write_text(
+        json.dumps({"bits": [16, 4], "method": "percentile", "layer_bits": {"0": 16, "1": 4}})
+    )
+    quantize(
+        study="t",
+        system="cpu",
+        model_name="tiny",
+        model_dir=tmp_path / "model",
+        task="wikitext",
+        data=tmp_path / "test.jsonl",
+        data_source="standin",
+        settings={"block_size": 64, "batch_size": 4, "dtype": "float32"},
+        limit=3,
+        assignment=tmp_path / "a.json",
+        recipe=recipe,
+        group_size=32,
+        symmetric=True,
+        out=tmp_path / "r.json",
+        device_kind="cpu",
+    )
     record = read_record(tmp_path / "r.json")
     metrics = record["metrics"]
     assert record["stage"] == "quantized" and record["method"] == f"{recipe} [16,4]"
@@ -314,15 +355,28 @@ def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
 
 
 def test_fp8_without_hpu_stops_when_asked(tmp_path):
-    from accelstudy.ptq.stages import RecipeDeviceError, quantized_eval
+    from accelstudy.ptq import RecipeDeviceError
+    from accelstudy.ptq.quantize import quantize
 
     with pytest.raises(RecipeDeviceError, match=r"set ptq\.fp8_without_hpu: standin"):
-        quantized_eval(
-            study="t", system="cpu", model_name="m", model_dir=tmp_path, task="wikitext",
-            data=tmp_path, data_source="standin", settings={}, limit=1,
-            assignment=tmp_path, recipe="fp8", group_size=128, symmetric=True,
-            out=tmp_path / "r.json", device_kind="cpu", fp8_without_hpu="error",
-        )  # fmt: skip
+        quantize(
+            study="t",
+            system="cpu",
+            model_name="m",
+            model_dir=tmp_path,
+            task="wikitext",
+            data=tmp_path,
+            data_source="standin",
+            settings={},
+            limit=1,
+            assignment=tmp_path,
+            recipe="fp8",
+            group_size=128,
+            symmetric=True,
+            out=tmp_path / "r.json",
+            device_kind="cpu",
+            fp8_without_hpu="error",
+        )
     assert not (tmp_path / "r.json").exists()
 
 
@@ -337,33 +391,53 @@ def test_median_split_needs_two_precisions():
 
 def test_submodule_median_split_gives_a_module_map_for_fp8(tiny, tmp_path):
     """The real Gaudi path: MLP submodule scores, median split -> BF16 / FP8 per module."""
-    from accelstudy.data.sources import prepare_split
+    from accelstudy.data.sources import prepare_data
     from accelstudy.models import save_prepared
-    from accelstudy.ptq.stages import quantized_eval
+    from accelstudy.ptq.quantize import quantize
     from accelstudy.records import read_record
 
     model, tokenizer = tiny
     save_prepared(model, tokenizer, tmp_path / "model")
-    prepare_split("wikitext", {"source": "standin"}, "test", tmp_path / "test.jsonl")
+    prepare_data("wikitext", {"source": "standin"}, "test", tmp_path / "test.jsonl")
     names = [t.name for t in targets(model, "submodule", "mlp")]
     table = tmp_path / "s.csv"
     pd.DataFrame(
         {"name": names, "layer": [int(n[6:8]) for n in names], "score": [3, 1, 2, 6, 5, 4]}
     ).to_csv(table, index=False)
-    cluster(table=table, bits=[16, 8], method="median", remainder="last", n_layers=2,
-            out=tmp_path / "a.json")  # fmt: skip
+    cluster(
+        table=table,
+        bits=[16, 8],
+        method="median",
+        remainder="last",
+        model_dir=tmp_path / "model",
+        out=tmp_path / "a.json",
+    )
     module_bits = json.loads((tmp_path / "a.json").read_text())["module_bits"]
     assert module_bits == {
-        "layer-00.mlp.gate_proj": 8, "layer-00.mlp.up_proj": 8, "layer-00.mlp.down_proj": 8,
-        "layer-01.mlp.gate_proj": 16, "layer-01.mlp.up_proj": 16, "layer-01.mlp.down_proj": 16,
-    }  # fmt: skip
-    quantized_eval(
-        study="t", system="cpu", model_name="tiny", model_dir=tmp_path / "model",
-        task="wikitext", data=tmp_path / "test.jsonl", data_source="standin",
-        settings={"block_size": 64, "batch_size": 4, "dtype": "float32"}, limit=2,
-        assignment=tmp_path / "a.json", recipe="fp8", group_size=32, symmetric=True,
-        out=tmp_path / "r.json", device_kind="cpu",
-    )  # fmt: skip
+        "layer-00.mlp.gate_proj": 8,
+        "layer-00.mlp.up_proj": 8,
+        "layer-00.mlp.down_proj": 8,
+        "layer-01.mlp.gate_proj": 16,
+        "layer-01.mlp.up_proj": 16,
+        "layer-01.mlp.down_proj": 16,
+    }
+    quantize(
+        study="t",
+        system="cpu",
+        model_name="tiny",
+        model_dir=tmp_path / "model",
+        task="wikitext",
+        data=tmp_path / "test.jsonl",
+        data_source="standin",
+        settings={"block_size": 64, "batch_size": 4, "dtype": "float32"},
+        limit=2,
+        assignment=tmp_path / "a.json",
+        recipe="fp8",
+        group_size=32,
+        symmetric=True,
+        out=tmp_path / "r.json",
+        device_kind="cpu",
+    )
     record = read_record(tmp_path / "r.json")
     assert record["parameters"]["assignment"] == module_bits
     # BF16 halves every Linear; FP8 on layer 0's MLP (24,576 of 73,728 weights): 32n / (16n - 8 n_fp8)

@@ -6,7 +6,8 @@ import json
 
 import jsonschema
 import pytest
-from accelstudy.records import atomic_open, provenance, read_record, write_record
+from accelstudy.files import atomic_open
+from accelstudy.records import provenance, read_record, write_record
 
 
 def record(**changes) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from accelstudy.config import ConfigError, load_system
+from accelstudy.errors import ConfigError
 from accelstudy.site import (
     card_count,
     check_account,
@@ -15,6 +15,7 @@ from accelstudy.site import (
     check_variables,
     export_scheduler_defaults,
 )
+from accelstudy.systems import load_system
 
 PERLMUTTER = load_system("perlmutter")
 

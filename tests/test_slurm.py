@@ -47,7 +47,7 @@ def cluster():
 
 
 def run_through_slurm(env: dict, workdir: Path) -> subprocess.CompletedProcess:
-    """The README's command: the profile brings its own tiny study (tiny.yaml)."""
+    """The README's command: the profile brings its own tiny study (.test/config.yaml + slurm.yaml)."""
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm-test",
            "--directory", str(workdir)]  # fmt: skip
     env = {**env, "ACCELSTUDY_ACCOUNT": ACCOUNT}
@@ -91,7 +91,9 @@ def promised(rule: str) -> dict:
         for name, value in values.items()
     }
     evaluated["threads"] = profile["set-threads"][rule]
-    if rule == "finetune":  # the rule asks for the point's cards: finetune.cards in tiny.yaml
+    if (
+        rule == "finetune"
+    ):  # the rule asks for the point's cards: finetune.cards in .test/slurm.yaml
         evaluated["gpu"] = 2
     return evaluated
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,48 +15,7 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.e2e
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
-TINY_CONFIG = {
-    "study": "tiny",
-    "models": {"tiny": {"source": "tiny-random", "tiny": {"layers": 4, "hidden": 64}}},
-    "tasks": {
-        "wikitext": {"source": "standin", "limit": 4, "protocols": ["paper"]},
-        "hellaswag": {"source": "standin", "limit": 12, "protocols": ["paper", "lm-eval"]},
-        "boolq": {"source": "standin", "limit": 12},
-    },
-    "evaluation": {"block_size": 64},
-    "ptq": {
-        "enabled": True,
-        "tasks": ["wikitext"],
-        "calibration_limit": {"wikitext": 4},
-        "chunks": 2,
-        "bit_lists": [[16, 8, 4], [8, 4]],
-    },
-    "finetune": {  # Part 2 at its tiniest: DDP on 1 process, 3 steps of 32 tokens
-        "enabled": True,
-        "strategies": ["ddp"],
-        "cards": [1],
-        "attention": ["eager"],
-        "max_steps": 3,
-        "throughput_warmup_steps": 1,
-        "per_device_batch": 1,
-        "grad_accum": 1,
-        "max_seq_length": 32,
-    },
-    "diffusion": {  # Part 3 at its tiniest: 16 -> 4 pixels, 1 and 2 processes
-        "enabled": True,
-        "data": {"nside": 16, "patches": 16, "validation_patches": 2, "hr_size": 16},
-        "model": {
-            "inner_channels": 8,
-            "channel_multipliers": [1, 2],
-            "attention_resolutions": [8],
-            "res_blocks": 1,
-        },
-        "devices": [1, 2],
-        "total_iterations": 4,
-        "warmup_iterations": 1,
-        "quality": {"images": 2, "sampling_steps": 3},
-    },
-}
+TINY_CONFIG = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
 
 
 def snakemake(
@@ -83,7 +43,7 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
     return counts
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def study(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("study")
     # a project directory shared with a group: results must come out group-readable
@@ -131,7 +91,7 @@ def test_records_have_real_values(study, cpu):
 
 
 def test_ptq_records_and_assignment(study):
-    from accelstudy.ptq.accounting import paper_ratio
+    from accelstudy.ptq.quantize import paper_ratio
 
     base = study / "results" / "tiny"
     table = base / "ptq" / "tiny" / "wikitext" / "sensitivity" / "layer.csv"
@@ -224,6 +184,11 @@ def compared(study, tmp_path_factory):
     """The tiny study again as a second system, cpu-bf16 (evaluated and trained in
     bfloat16), with one knob changed (HellaSwag's limit), then `snakemake compare` of both."""
     workdir = tmp_path_factory.mktemp("second-system")
+    # what does not depend on the system (the prepared model and data) is made once
+    for prepared in ("models", "data"):
+        shutil.copytree(
+            study / "results" / "tiny" / prepared, workdir / "results" / "tiny" / prepared
+        )
     config = json.loads(json.dumps(TINY_CONFIG))
     config["system"] = "cpu-bf16"
     config["evaluation"]["dtype"] = config["diffusion"]["dtype"] = "bfloat16"

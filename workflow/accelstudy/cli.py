@@ -11,7 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accelstudy.config import ConfigError, load_config
+from accelstudy.errors import StudyError
+from accelstudy.points import DiffusionPoint, FinetunePoint
+from accelstudy.tasks import SPLITS, TASK_NAMES
 
 
 def _json(text: str) -> Any:
@@ -26,12 +28,16 @@ def _optional_int(text: str) -> int | None:
 
 
 def _check_config(configfile: Path) -> None:
-    config = load_config(configfile)
+    from accelstudy.study import load_study
+
+    config = load_study(configfile)
     print(f"{configfile}: ok (study '{config['study']}')")
 
 
 def _where_report(configfile: Path) -> None:
-    config = load_config(configfile)
+    from accelstudy.study import load_study
+
+    config = load_study(configfile)
     root = Path(config["results_dir"]) / config["study"] / "report"
     print(f"Report: {root / 'index.html'} (Markdown: {root / 'report.md'})")
 
@@ -42,8 +48,9 @@ def _unlock_if_stale() -> None:
     print(unlock_if_stale(Path.cwd()), end="")
 
 
-def _plan_memory(model: str, device_kind: str, memory_per_card_gb: float | None,
-                 **workload: Any) -> None:  # fmt: skip
+def _plan_memory(
+    model: str, device_kind: str, memory_per_card_gb: float | None, **workload: Any
+) -> None:
     from accelstudy.finetune.planner import plan_point
 
     plan = plan_point(model, device=device_kind, **workload)
@@ -52,13 +59,6 @@ def _plan_memory(model: str, device_kind: str, memory_per_card_gb: float | None,
     if memory_per_card_gb:
         verdict = "fits" if plan.fits(memory_per_card_gb) else "does not fit"
         print(f"{verdict} a {memory_per_card_gb:g} GB card")
-
-
-def _cluster(model_dir: Path, **options: Any) -> None:
-    from accelstudy.ptq.stages import cluster
-
-    n_layers = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
-    cluster(n_layers=n_layers, **options)
 
 
 def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -> None:
@@ -88,17 +88,17 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "where-report": ("print where a study's report is", _where_report, ["configfile"]),
     "unlock-if-stale": ("remove the lock a killed Snakemake run left here", _unlock_if_stale, []),
     "prepare-model": (
-        "load a model from its source; save safetensors", "accelstudy.stages:prepare_model",
+        "load a model from its source; save safetensors", "accelstudy.models:prepare_model",
         [("spec", {"help": "the models.<name> config entry"}), "seed", "out"],
     ),
     "prepare-data": (
-        "load one split of a task; cache as JSON Lines", "accelstudy.stages:prepare_data",
-        [("task", {"choices": ["wikitext", "hellaswag", "boolq"]}),
+        "load one split of a task; cache as JSON Lines", "accelstudy.data.sources:prepare_data",
+        [("task", {"choices": TASK_NAMES}),
          ("spec", {"help": "the tasks.<name> config entry"}),
-         ("split", {"required": True, "choices": ["train", "validation", "test"]}), "out"],
+         ("split", {"required": True, "choices": SPLITS}), "out"],
     ),
     "baseline": (
-        "evaluate the unquantized model on one task", "accelstudy.stages:baseline",
+        "evaluate the unquantized model on one task", "accelstudy.evaluate.baseline:baseline",
         ["study", "system", "model-name", "task", "data-source",
          ("protocol", {"required": True, "choices": ["paper", "lm-eval"]}), "model-dir", "data",
          ("settings", {"help": "the evaluation config block"}), "limit", "device", "out"],
@@ -113,7 +113,8 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("results-dir", {"type": Path, "required": True, "help": "results/{study}"})],
     ),
     "sensitivity": (
-        "pruning sensitivity of one chunk of targets", "accelstudy.ptq.stages:sensitivity_chunk",
+        "pruning sensitivity of one chunk of targets",
+        "accelstudy.ptq.sensitivity:sensitivity_chunk",
         ["model-dir", "task", ("data", {"help": "the calibration split"}), "limit", "settings",
          "granularity", ("family", {"default": "mlp"}),
          ("sparsity", {"type": float, "required": True}),
@@ -122,16 +123,16 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          "out"],
     ),
     "gather-sensitivity": (
-        "chunks -> one sensitivity table", "accelstudy.ptq.stages:gather_sensitivity",
+        "chunks -> one sensitivity table", "accelstudy.ptq.sensitivity:gather_sensitivity",
         [("chunks", {"type": Path, "nargs": "+", "required": True}), "out"],
     ),
     "cluster": (
-        "sensitivity table -> layer-to-bits map", _cluster,
+        "sensitivity table -> layer-to-bits map", "accelstudy.ptq.clustering:cluster",
         ["table", "bits", ("method", {"default": "percentile"}),
          ("remainder", {"default": "last"}), "model-dir", "out"],
     ),
     "quantize": (
-        "quantize per an assignment and evaluate", "accelstudy.ptq.stages:quantized_eval",
+        "quantize per an assignment and evaluate", "accelstudy.ptq.quantize:quantize",
         ["study", "system", "model-name", "task", "data-source", "recipe", "model-dir", "data",
          "settings", "limit", "assignment", ("group-size", {"type": int, "default": 128}),
          ("symmetric", {"type": _json, "default": True}),
@@ -147,9 +148,10 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     ),
     "finetune": (
         "plan, launch and record one fine-tuning point",
-        "accelstudy.finetune.stages:finetune_point",
+        "accelstudy.finetune.job:run",
         ["study", "system", "model-name", "data-source", "model-dir",
-         ("point", {"help": "the point (finetune keys)"}), "threads", "device", "out"],
+         ("point", {"type": FinetunePoint.from_json, "help": "the point (finetune keys)"}),
+         "threads", "device", "out"],
     ),
     "plan-memory": (
         "predict a point's per-card peak memory", _plan_memory,
@@ -170,9 +172,10 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     ),
     "diffusion": (
         "launch and record one SR3 strong-scaling point",
-        "accelstudy.diffusion.stages:diffusion_point",
-        ["study", "system", ("point", {"help": "the point (diffusion keys)"}), "data", "card",
-         "out", "samples", "threads", "device"],
+        "accelstudy.diffusion.job:run",
+        ["study", "system",
+         ("point", {"type": DiffusionPoint.from_json, "help": "the point (diffusion keys)"}),
+         "data", "card", "out", "samples", "threads", "device"],
     ),
     "compare": (
         "one report across systems from several runs' results",
@@ -218,21 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    from accelstudy.data.dust import DustDataError
-    from accelstudy.data.sources import DataSourceError
-    from accelstudy.finetune.sweep import SweepError
-    from accelstudy.launch import PointFailed
-    from accelstudy.locks import LockHeldError
-    from accelstudy.models import ModelSourceError
-    from accelstudy.ptq.stages import RecipeDeviceError, SensitivityTableError
-    from accelstudy.report.compare import CompareError
-
     try:
         run(args)
-    except (
-        ConfigError, DataSourceError, ModelSourceError, SensitivityTableError, RecipeDeviceError,
-        LockHeldError, PointFailed, SweepError, DustDataError, CompareError,
-    ) as exc:  # fmt: skip
+    except StudyError as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

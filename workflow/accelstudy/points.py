@@ -81,8 +81,12 @@ class FinetunePoint(Point):
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> FinetunePoint:
         lora = values.get("lora") or {}
-        return cls(**{**values, "lora": Lora(**{**lora, "targets": tuple(lora.get(
-            "targets", Lora.targets))})})  # fmt: skip
+        return cls(
+            **{
+                **values,
+                "lora": Lora(**{**lora, "targets": tuple(lora.get("targets", Lora.targets))}),
+            }
+        )
 
     @property
     def samples_per_step(self) -> int:
@@ -135,16 +139,28 @@ def finetune_cells(config: Mapping[str, Any]) -> Iterator[SweepCell]:
     return itertools.starmap(SweepCell, itertools.product(models, *axes))
 
 
-def finetune_point(config: Mapping[str, Any], strategy: str, attention: str, cards: int,
-                   repeat: int, data_file: str) -> FinetunePoint:  # fmt: skip
+def finetune_point(
+    config: Mapping[str, Any],
+    strategy: str,
+    attention: str,
+    cards: int,
+    repeat: int,
+    data_file: str,
+) -> FinetunePoint:
     """The point a fine-tuning job runs, from the study config and its wildcards."""
     sweep = config["finetune"]
     values = {key: sweep[key] for key in FINETUNE_KEYS}
-    return FinetunePoint.from_dict({
-        **values, "strategy": strategy, "attention": attention, "cards": int(cards),
-        "repeat": int(repeat), "seed": config["seed"],
-        "data": {"source": "local", "file": data_file},
-    })  # fmt: skip
+    return FinetunePoint.from_dict(
+        {
+            **values,
+            "strategy": strategy,
+            "attention": attention,
+            "cards": int(cards),
+            "repeat": int(repeat),
+            "seed": config["seed"],
+            "data": {"source": "local", "file": data_file},
+        }
+    )
 
 
 def diffusion_cells(config: Mapping[str, Any]) -> Iterator[tuple[int, int]]:

@@ -7,38 +7,44 @@ from __future__ import annotations
 import os
 import socket
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from accelstudy.launch import rank_environment
 from accelstudy.files import write_json
+from accelstudy.launch import RENDEZVOUS_PORT
+from accelstudy.points import Point
 from accelstudy.records import package_versions, read_record
 
 KILL_HOOK = "ACCELSTUDY_TEST_KILL_AFTER_SAVE"  # "N": dies after step N, as if preempted
+Measured = dict[str, Any]  # what one rank's work returns
 
 
-def ensure_process_group_env() -> None:
-    """Outside a launcher, describe a 1-process group so every run takes the same path."""
-    if "LOCAL_RANK" in os.environ:
+def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
+    """torch.distributed's variables for this rank: under mpirun from Open MPI's, as
+    optimum-habana's distributed runner does (torchrun and DeepSpeed set them already);
+    outside a launcher a 1-process group's, so that every run takes the same path."""
+    environ = os.environ if environ is None else environ
+    if "RANK" not in environ and "OMPI_COMM_WORLD_RANK" in environ:
+        for ours, mpi in (("RANK", "RANK"), ("WORLD_SIZE", "SIZE"), ("LOCAL_RANK", "LOCAL_RANK")):
+            environ[ours] = environ[f"OMPI_COMM_WORLD_{mpi}"]
+        environ.setdefault("MASTER_ADDR", "localhost")
+        environ.setdefault("MASTER_PORT", str(RENDEZVOUS_PORT))
+    if "LOCAL_RANK" in environ:
         return
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    os.environ.update(
-        RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )  # fmt: skip
+    environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
 def local_processes() -> int:
     """Ranks on this node, as torchrun, Open MPI (Gaudi) or DeepSpeed's launcher says."""
-    for key in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE"):
-        if key in os.environ:
-            return int(os.environ[key])
-    return 1
+    keys = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE")
+    return next((int(os.environ[key]) for key in keys if key in os.environ), 1)
 
 
 def killed_at(step: int) -> None:
@@ -47,9 +53,8 @@ def killed_at(step: int) -> None:
         os._exit(137)
 
 
-def does_not_fit(point: dict[str, Any], exc: BaseException) -> dict[str, Any]:
-    last = traceback.format_exception_only(exc)[-1].strip().splitlines()[-1]
-    return {"status": "does-not-fit", "point": point, "error": last, "versions": package_versions()}
+def write_result(out: Path, status: str, result: dict[str, Any]) -> None:
+    write_json(out, {"status": status, **result, "versions": package_versions()})
 
 
 def peer_did_not_fit(out: Path) -> bool:
@@ -61,36 +66,35 @@ def peer_did_not_fit(out: Path) -> bool:
         return False
 
 
-def gather(local: dict[str, Any]) -> list[dict[str, Any]]:
-    if not torch.distributed.is_initialized():
-        return [local]
-    ranks: list[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(ranks, local)
-    return ranks
-
-
-def run(point: dict[str, Any], out: Path, work: Callable[[], dict[str, Any]],
-        summarise: Callable[[list[dict[str, Any]]], dict[str, Any]],
-        finished: Callable[[], None] = lambda: None) -> int:  # fmt: skip
-    """Run this rank's `work`; rank 0 writes `summarise(every rank's measurements)`."""
-    rank_environment()  # under mpirun (Gaudi): torch.distributed's variables from Open MPI's
-    ensure_process_group_env()
+def run(
+    point: Point,
+    out: Path,
+    work: Callable[[], Measured],
+    summarise: Callable[[list[Measured]], dict[str, Any]],
+    finished: Callable[[], None] = lambda: None,
+) -> int:
+    """Run this rank's `work`; rank 0 writes the result, `summarise(every rank's measurements)`."""
+    rank_environment()
     rank = int(os.environ["RANK"])
     if rank == 0:
         out.unlink(missing_ok=True)  # never take an earlier run's result as this one's
     try:
         local = work()
     except torch.OutOfMemoryError as exc:
-        write_json(out, does_not_fit(point, exc))
+        last = traceback.format_exception_only(exc)[-1].strip().splitlines()[-1]
+        write_result(out, "does-not-fit", {"point": point.as_dict(), "error": last})
         return 0
     except Exception:
         if peer_did_not_fit(out):
             return 0
         raise
-    ranks = gather(local)  # every rank has finished its work
+    measured: list[Any] = [local]
+    if torch.distributed.is_initialized():  # every rank's, once every rank has finished its work
+        measured = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(measured, local)
     if rank == 0:
         finished()
-        write_json(out, summarise(ranks))
+        write_result(out, "ok", summarise(measured))
     if torch.distributed.is_initialized():
         # leave together: a rank that tears gloo down while a peer still talks aborts it
         torch.distributed.barrier()

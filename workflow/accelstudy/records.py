@@ -22,23 +22,23 @@ from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 from accelstudy.systems import System
 
 SCHEMA_VERSION = 1  # bump when a record's fields change meaning; `compare` reads only this one
-VERSIONED_PACKAGES = (
-    "torch", "transformers", "datasets", "numpy", "snakemake", "lm_eval", "peft", "accelerate",
-    "deepspeed", "optimum_habana", "habana_torch_plugin", "diffusers", "pysm3", "healpy",
-)  # fmt: skip
+VERSIONED_PACKAGES = (  # noqa: SIM905 (a list of names, one line)
+    "torch transformers datasets numpy snakemake lm_eval peft accelerate deepspeed optimum_habana "
+    "habana_torch_plugin diffusers pysm3 healpy"
+).split()
+
+
+def _git(*args: str) -> str:
+    command = ["git", "-C", str(PROJECT_ROOT), *args]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=10, check=True
+    ).stdout.strip()
 
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(
-            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=True,
-        )  # fmt: skip
-        dirty = subprocess.run(
-            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
-        )  # fmt: skip
-        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
+        return _git("rev-parse", "HEAD") + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -61,9 +61,14 @@ def package_versions() -> dict[str, str]:
 def hardware(device_name: str, device_kind: str) -> dict[str, Any]:
     import torch
 
-    return {"device_kind": device_kind, "device_name": device_name, "host": platform.node(),
-            "machine": platform.machine(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads()}  # fmt: skip
+    return {
+        "device_kind": device_kind,
+        "device_name": device_name,
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 # scheduler context -> the variables SLURM's job step sets
@@ -99,18 +104,28 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
     }
 
 
-def job_record(*, stage: str, study: str, system: System, device: Any, model: str, task: str,
-               method: str, protocol: str | None, data_source: str, parameters: dict[str, Any],
-               metrics: dict[str, Any], config_hash: str,
-               wall_s: float) -> dict[str, Any]:  # fmt: skip
-    """The result record of one job (`device` is an accelstudy.device.Device); stages
-    without an evaluation protocol (fine-tuning, diffusion) pass protocol=None."""
-    record = {
-        "stage": stage, "study": study, "system": system.name, "device": device.kind,
-        "model": model, "task": task, "method": method, "protocol": protocol,
-        "data_source": data_source, "parameters": parameters, "metrics": metrics,
-        "provenance": provenance(config_hash, device.name(), device.kind, wall_s),
-    }  # fmt: skip
+WHAT = ("stage", "study", "model", "task", "method", "data_source")  # a record's own strings
+
+
+def job_record(
+    *,
+    system: System,
+    device: Any,
+    protocol: str | None,
+    parameters: dict[str, Any],
+    metrics: dict[str, Any],
+    config_hash: str,
+    wall_s: float,
+    **what: str,
+) -> dict[str, Any]:
+    """The result record of one job: `what` names it (every key of WHAT); `device` is an
+    accelstudy.device.Device; stages without an evaluation protocol pass protocol=None."""
+    if set(what) != set(WHAT):
+        raise TypeError(f"job_record needs exactly {WHAT}, got {sorted(what)}")
+    record = {"stage": what["stage"], "study": what["study"], "system": system.name}
+    record |= {"device": device.kind, **{key: what[key] for key in WHAT[2:]}}
+    record |= {"protocol": protocol, "parameters": parameters, "metrics": metrics}
+    record["provenance"] = provenance(config_hash, device.name(), device.kind, wall_s)
     if protocol is None:
         del record["protocol"]
     record["provenance"]["system"] = system.facts()

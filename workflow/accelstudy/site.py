@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from accelstudy.config import ConfigError, load_system
-from accelstudy.finetune.sweep import cards_per_node
+from accelstudy.errors import ConfigError
 from accelstudy.paths import PROJECT_ROOT
+from accelstudy.systems import System, load_system
 
 ACCOUNT_ENV = "ACCELSTUDY_ACCOUNT"
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
@@ -31,10 +31,10 @@ def _as_text(raw: Any, environ: Mapping[str, str]) -> str:
     return expanded.strip().strip("'\"").strip()
 
 
-def export_scheduler_defaults(system: Mapping[str, Any], environ: MutableMapping[str, str]) -> None:
+def export_scheduler_defaults(system: System, environ: MutableMapping[str, str]) -> None:
     """The system file's `slurm` block as ACCELSTUDY_SLURM_<KEY> variables for the profiles, so
     one profile serves a site's variants (system files); a variable the user exported wins."""
-    for key, value in (system.get("slurm") or {}).items():
+    for key, value in system.slurm.items():
         environ.setdefault(f"ACCELSTUDY_SLURM_{key.upper()}", "" if value is None else str(value))
 
 
@@ -43,12 +43,13 @@ PerRule = Mapping[str, Resources]  # rule -> its --set-resources
 
 
 def check_variables(
-    system: Mapping[str, Any], defaults: Resources, per_rule: PerRule, environ: Mapping[str, str]
+    system: System, defaults: Resources, per_rule: PerRule, environ: Mapping[str, str]
 ) -> None:
     """Every $ACCELSTUDY_* a profile resource reads must be set by now."""
     written = [*defaults.items()]
-    written += [(f"{rule}:{name}", raw) for rule, values in per_rule.items()
-                for name, raw in values.items()]  # fmt: skip
+    written += [
+        (f"{rule}:{name}", raw) for rule, values in per_rule.items() for name, raw in values.items()
+    ]
     for name, raw in written:
         for match in _VARIABLE.finditer(str(raw)):
             variable = match[1] or match[2]
@@ -56,8 +57,8 @@ def check_variables(
                 key = variable.removeprefix("ACCELSTUDY_SLURM_").lower()
                 raise ConfigError(
                     f"resource '{name}' reads ${variable}, but neither the environment nor "
-                    f"config/systems/{system['name']}.yaml (slurm.{key}) sets it"
-                    + other_site(variable, system["name"])
+                    f"config/systems/{system.name}.yaml (slurm.{key}) sets it"
+                    + other_site(variable, system.name)
                 )
 
 
@@ -68,7 +69,7 @@ def other_site(variable: str, system: str) -> str:
     for site_file in sorted((PROJECT_ROOT / "profiles").glob("*/site.yaml")):
         site = yaml.safe_load(site_file.read_text())["system"]
         reads = f"${variable}" in (site_file.parent / "config.yaml").read_text()
-        if reads and site != system and key in (load_system(site).get("slurm") or {}):
+        if reads and site != system and key in load_system(site).slurm:
             return (
                 f": the study names system '{system}', but profiles/{site_file.parent.name} is "
                 f"made for '{site}'; pass --config system={site} (or use {system}'s profile)"
@@ -76,25 +77,23 @@ def other_site(variable: str, system: str) -> str:
     return ""
 
 
-def check_scheduler(system: Mapping[str, Any], defaults: Resources) -> None:
+def check_scheduler(system: System, defaults: Resources) -> None:
     """A SLURM profile (it bills `slurm_account`) needs a system that SLURM schedules."""
-    if "slurm_account" in defaults and system.get("scheduler") != "slurm":
+    if "slurm_account" in defaults and system.scheduler != "slurm":
         raise ConfigError(
-            f"config key 'system': '{system['name']}' is not scheduled by SLURM, but the "
+            f"config key 'system': '{system.name}' is not scheduled by SLURM, but the "
             "profile submits to SLURM; pass --config system=<site> (e.g. perlmutter, expanse)"
         )
 
 
-def check_account(
-    system: Mapping[str, Any], defaults: Resources, environ: Mapping[str, str]
-) -> None:
+def check_account(system: System, defaults: Resources, environ: Mapping[str, str]) -> None:
     """A SLURM profile on a site that bills an account must name one."""
-    if "slurm_account" not in defaults or not system.get("account_required"):
+    if "slurm_account" not in defaults or not system.account_required:
         return
     account = _as_text(defaults["slurm_account"], environ)
     if not account or "$" in account:
         raise ConfigError(
-            f"config key 'account': system '{system['name']}' needs a SLURM account; "
+            f"config key 'account': system '{system.name}' needs a SLURM account; "
             f"export {ACCOUNT_ENV}=<project> or pass --config account=<project>"
         )
 
@@ -111,26 +110,29 @@ def card_count(raw: Any) -> int | None:
 MULTI_NODE_RULES = ("finetune", "diffusion")
 
 
-def check_cards(system: Mapping[str, Any], per_rule: PerRule) -> None:
+def check_cards(system: System, per_rule: PerRule) -> None:
     """No single-node rule may ask for more cards than one node of the system has."""
-    resource = system.get("card_resource", "gpu")
-    limit = cards_per_node(system)
+    resource = system.card_resource
+    limit = system.per_node
     for rule, values in sorted(per_rule.items()):
         if rule in MULTI_NODE_RULES:
             continue
         cards = card_count(values.get(resource)) if resource in values else None
         if cards is not None and cards > limit:
             raise ConfigError(
-                f"resource '{rule}:{resource}': {cards} cards, but a {system['name']} node "
+                f"resource '{rule}:{resource}': {cards} cards, but a {system.name} node "
                 f"has {limit}; rule '{rule}' runs on one node, so ask for at most {limit} "
                 "(profile set-resources or --set-resources)"
             )
 
 
 def check_site(
-    config: Mapping[str, Any], system: Mapping[str, Any], defaults: Resources, per_rule: PerRule,
+    config: Mapping[str, Any],
+    system: System,
+    defaults: Resources,
+    per_rule: PerRule,
     environ: MutableMapping[str, str],
-) -> None:  # fmt: skip
+) -> None:
     """Every site check, in the order a user would want to fix them."""
     if config.get("account"):  # `--config account=X` wins over the environment
         environ[ACCOUNT_ENV] = str(config["account"])  # which the profiles read
@@ -141,8 +143,12 @@ def check_site(
     check_cards(system, per_rule)
 
 
-def check_profile(config: Mapping[str, Any], system: Mapping[str, Any], resource_settings: Any,
-                  environ: MutableMapping[str, str]) -> None:  # fmt: skip
+def check_profile(
+    config: Mapping[str, Any],
+    system: System,
+    resource_settings: Any,
+    environ: MutableMapping[str, str],
+) -> None:
     """check_site on Snakemake's ResourceSettings (--default-resources, --set-resources)."""
     defaults = getattr(resource_settings, "default_resources", None)
     overrides = getattr(resource_settings, "overwrite_resources", None) or {}

@@ -91,5 +91,10 @@ def load_system(name: str) -> System:
     unknown = set(spec) - {f.name for f in dataclasses.fields(System)}
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
-    return System(**{**spec, "dtypes": tuple(spec.get("dtypes", ("float32",))),
-                     "slurm": spec.get("slurm") or {}})  # fmt: skip
+    return System(
+        **{
+            **spec,
+            "dtypes": tuple(spec.get("dtypes", ("float32",))),
+            "slurm": spec.get("slurm") or {},
+        }
+    )

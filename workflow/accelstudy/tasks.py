@@ -31,6 +31,7 @@ class TaskSpec:
     calibration_split: str
     columns: tuple[str, ...]
     metric: Metric
+    calibration_limit: int | None = 2000  # PTQ's default: items, or blocks (None: all)
 
     @property
     def calibration_unit(self) -> str:
@@ -51,7 +52,7 @@ TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
         TaskSpec("wikitext", "perplexity", "Salesforce/wikitext", "wikitext-2-raw-v1", "test",
-                 "validation", ("text",), PERPLEXITY),
+                 "validation", ("text",), PERPLEXITY, calibration_limit=None),
         TaskSpec("hellaswag", "multiple-choice", "Rowan/hellaswag", None, "validation", "train",
                  ("activity_label", "ctx_a", "ctx_b", "endings", "label"), ACCURACY),
         TaskSpec("boolq", "multiple-choice", "google/boolq", None, "validation", "train",

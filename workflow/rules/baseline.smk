@@ -4,7 +4,7 @@
 rule baseline:
     input:
         model=f"{RESULTS}/models/{{model}}",
-        data=eval_split_file,
+        data=STUDY.eval_split_file,
     output:
         f"{RESULTS}/baseline/{{model}}/{{task}}/{{protocol}}.json",
     log:
@@ -18,9 +18,9 @@ rule baseline:
     params:
         study=config["study"],
         system=config["system"],
-        settings=eval_settings,
-        limit=task_limit,
-        source=task_source,
+        settings=STUDY.eval_settings,
+        limit=STUDY.task_limit,
+        source=STUDY.task_source,
     shell:
         "OMP_NUM_THREADS={threads} accelstudy baseline --study {params.study} "
         "--system {params.system} --model-name {wildcards.model} "

@@ -13,8 +13,8 @@ rule prepare_model:
         mem_mb=8000,
         runtime=lambda wildcards, attempt: 60 * attempt,
     params:
-        spec=model_spec,
-        seed=model_seed,
+        spec=STUDY.model_spec,
+        seed=STUDY.model_seed,
     shell:
         "OMP_NUM_THREADS={threads} accelstudy prepare-model --spec {params.spec:q} "
         "--seed {params.seed} --out {output:q} > {log:q} 2>&1"
@@ -32,7 +32,7 @@ rule prepare_data:
         mem_mb=4000,
         runtime=lambda wildcards, attempt: 30 * attempt,
     params:
-        spec=data_spec,
+        spec=STUDY.data_spec,
     shell:
         "accelstudy prepare-data --task {wildcards.task} --spec {params.spec:q} "
         "--split {wildcards.split} --out {output:q} > {log:q} 2>&1"

@@ -11,7 +11,7 @@ rule prepare_dust:
     conda:
         CONDA_ENV
     params:
-        spec=json.dumps(DIFFUSION["data"], sort_keys=True),
+        spec=json.dumps(config["diffusion"]["data"], sort_keys=True),
         seed=config["seed"],
     shell:
         "accelstudy prepare-dust --spec {params.spec:q} --seed {params.seed} "
@@ -29,17 +29,17 @@ rule diffusion:
         f"{RESULTS}/logs/diffusion/devices-{{devices}}-{{repeat}}.log",
     conda:
         CONDA_ENV
-    threads: diffusion_threads
+    threads: STUDY.point_threads
     resources:
-        gpu=device_cards("gpu"),
-        gaudi=device_cards("gaudi"),
-        nodes=device_nodes,
+        gpu=STUDY.point_cards("gpu"),
+        gaudi=STUDY.point_cards("gaudi"),
+        nodes=STUDY.point_nodes,
         mem_mb=8000,
         runtime=lambda wildcards, attempt: 120 * attempt,
     params:
         study=config["study"],
         system=config["system"],
-        point=diffusion_point,
+        point=STUDY.diffusion_point,
     shell:
         "accelstudy diffusion --study {params.study} --system {params.system} "
         "--point {params.point:q} --data {input.pairs:q} --card {input.card:q} "

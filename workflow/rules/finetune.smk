@@ -10,7 +10,7 @@ rule prepare_instructions:
     conda:
         CONDA_ENV
     params:
-        spec=json.dumps(FINETUNE["data"], sort_keys=True),
+        spec=json.dumps(config["finetune"]["data"], sort_keys=True),
     shell:
         "accelstudy prepare-instructions --spec {params.spec:q} --out {output:q} "
         "> {log:q} 2>&1"
@@ -26,18 +26,18 @@ rule finetune:
         f"{RESULTS}/logs/finetune/{{model}}-{{strategy}}-{{attention}}-{{cards}}-{{repeat}}.log",
     conda:
         CONDA_ENV
-    threads: point_threads
+    threads: STUDY.point_threads
     resources:
-        gpu=point_cards("gpu"),
-        gaudi=point_cards("gaudi"),
-        nodes=point_nodes,
+        gpu=STUDY.point_cards("gpu"),
+        gaudi=STUDY.point_cards("gaudi"),
+        nodes=STUDY.point_nodes,
         mem_mb=8000,
         runtime=lambda wildcards, attempt: 60 * attempt,
     params:
         study=config["study"],
         system=config["system"],
-        point=finetune_point,
-        source=FINETUNE["data"]["source"],
+        point=STUDY.finetune_point,
+        source=config["finetune"]["data"]["source"],
     shell:
         "accelstudy finetune --study {params.study} --system {params.system} "
         "--model-name {wildcards.model} --model-dir {input.model:q} "

@@ -5,7 +5,7 @@
 rule sensitivity:
     input:
         model=f"{RESULTS}/models/{{model}}",
-        data=calibration_file,
+        data=STUDY.calibration_file,
     output:
         f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}/chunk-{{chunk}}.json",
     log:
@@ -17,8 +17,8 @@ rule sensitivity:
         mem_mb=8000,
         runtime=lambda wildcards, attempt: 120 * attempt,
     params:
-        settings=calibration_settings,
-        limit=calibration_limit,
+        settings=STUDY.paper_settings,
+        limit=STUDY.calibration_limit,
         family=PTQ["family"],
         sparsity=PTQ["sparsity"],
         chunks=PTQ["chunks"],
@@ -34,7 +34,7 @@ rule sensitivity:
 
 rule gather_sensitivity:
     input:
-        sensitivity_chunks,
+        STUDY.sensitivity_chunks,
     output:
         f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}.csv",
     log:
@@ -58,7 +58,7 @@ rule cluster:
     params:
         bits=lambda wildcards: json.dumps([int(b) for b in wildcards.bits.split("-")]),
         method=PTQ["clustering"],
-        remainder=ptq_remainder,
+        remainder=STUDY.ptq_remainder,
     shell:
         "accelstudy cluster --table {input.table:q} --bits {params.bits:q} "
         "--method {params.method} --remainder {params.remainder} "
@@ -68,9 +68,9 @@ rule cluster:
 rule quantize:
     input:
         model=f"{RESULTS}/models/{{model}}",
-        data=eval_split_file,
+        data=STUDY.eval_split_file,
         assignment=f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
-        calibration=calibration_file,
+        calibration=STUDY.calibration_file,
     output:
         f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
     log:
@@ -84,17 +84,13 @@ rule quantize:
     params:
         study=config["study"],
         system=config["system"],
-        settings=paper_settings,
-        limit=task_limit,
-        source=task_source,
+        settings=STUDY.paper_settings,
+        limit=STUDY.task_limit,
+        source=STUDY.task_source,
         group_size=PTQ["group_size"],
         symmetric=str(PTQ["symmetric"]).lower(),
-        fp8_format=lambda wildcards: (
-            PTQ["fp8_format"] if wildcards.recipe == "fp8" else "e4m3"
-        ),
-        fp8_without_hpu=lambda wildcards: (
-            PTQ["fp8_without_hpu"] if wildcards.recipe == "fp8" else "standin"
-        ),
+        fp8_format=STUDY.fp8_option("fp8_format", "e4m3"),
+        fp8_without_hpu=STUDY.fp8_option("fp8_without_hpu", "standin"),
     shell:
         "OMP_NUM_THREADS={threads} accelstudy quantize --study {params.study} "
         "--system {params.system} --model-name {wildcards.model} --task {wildcards.task} "

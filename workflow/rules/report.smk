@@ -3,13 +3,10 @@
 
 rule report:
     input:
-        records=baseline_records()
-        + ptq_records()
-        + finetune_records()
-        + diffusion_records(),
-        samples=diffusion_samples(),
-        sensitivity=sensitivity_tables(),
-        assignments=ptq_assignments(),
+        records=STUDY.records(),
+        samples=STUDY.diffusion_samples(),
+        sensitivity=STUDY.sensitivity_tables(),
+        assignments=STUDY.ptq_assignments(),
     output:
         html=f"{RESULTS}/report/index.html",
         markdown=f"{RESULTS}/report/report.md",
@@ -82,7 +79,9 @@ rule report:
     params:
         study=config["study"],
         results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.html)),
-        calibration=json.dumps({t: PTQ["calibration_limit"].get(t) for t in PTQ_TASKS}),
+        calibration=json.dumps(
+            {t: PTQ["calibration_limit"].get(t) for t in STUDY.ptq_tasks}
+        ),
         bit_lists=json.dumps(PTQ.get("bit_lists", [])),
     shell:
         "accelstudy report --study {params.study} --records {input.records:q} "
@@ -95,7 +94,7 @@ rule report:
 # (their record files are the inputs: a run that gains records is compared again).
 rule compare:
     input:
-        compare_inputs(),
+        STUDY.compare_inputs(),
     output:
         f"{config['compare']['out']}/index.html",
     log:

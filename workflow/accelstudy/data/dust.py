@@ -2,22 +2,22 @@
 
 Sources: `pysm` (a preset from PYSM_LOCAL_DATA, never downloaded), `standin` (a synfast sky
 with Planck's dust spectrum through PySM's modified black body) or `local` (an npz). Images
-go to log10, then to SR3's [-1, 1] over the dataset.
-"""
+go to log10, then to SR3's [-1, 1] over the dataset."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from accelstudy.errors import StudyError, key_error
 from accelstudy.files import atomic_open, write_json
+
+if TYPE_CHECKING:  # torch loads only where pairs are made or read: the config checks above do not
+    import torch
 
 DUST_SLOPE = -2.42  # Planck 2018 XI: dust C_ell ~ ell^-2.42
 STANDIN_BETA, STANDIN_TEMPERATURE_K = 1.48, 19.6  # Planck 2018 XI, as PySM's d9
@@ -76,11 +76,10 @@ def emission(spec: dict[str, Any], seed: int) -> np.ndarray:
     else:
         template = standin_template(nside, seed) * u.uK_RJ
         zeros = np.zeros_like(template)
-        model = pysm3.ModifiedBlackBody(
-            map_I=template, map_Q=zeros, map_U=zeros, freq_ref_I="545 GHz",
-            freq_ref_P="353 GHz", map_mbb_index=STANDIN_BETA,
-            map_mbb_temperature=STANDIN_TEMPERATURE_K * u.K, nside=nside,
-        )  # fmt: skip
+        intensity = dict(map_I=template, freq_ref_I="545 GHz", nside=nside)
+        dust = dict(map_mbb_index=STANDIN_BETA, map_mbb_temperature=STANDIN_TEMPERATURE_K * u.K)
+        no_polarisation = dict(map_Q=zeros, map_U=zeros, freq_ref_P="353 GHz")
+        model = pysm3.ModifiedBlackBody(**intensity, **dust, **no_polarisation)
         sky = pysm3.Sky(nside=nside, component_objects=[model], output_unit="MJy/sr")
     return np.asarray(sky.get_emission(spec["frequency_ghz"] * u.GHz)[0].value)
 
@@ -103,6 +102,8 @@ def patches(sky: np.ndarray, count: int, size: int, reso_arcmin: float, seed: in
 
 def downsample(images: torch.Tensor, scale: int, method: str) -> torch.Tensor:
     """Low-resolution inputs: the mean of each scale x scale block, or antialiased bicubic."""
+    import torch.nn.functional as F
+
     if method == "block":
         return F.avg_pool2d(images, scale)
     size = images.shape[-1] // scale
@@ -142,13 +143,13 @@ def local_images(spec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
 def prepare_dust(spec: dict[str, Any], seed: int, out: Path, card: Path) -> dict[str, Any]:
     """Make the paired dataset once: `out` (npz: hr, lr in [-1, 1]) and its data card."""
     import healpy as hp
+    import torch
 
     total = spec["patches"] + spec["validation_patches"]
-    lr = None
+    lr, reso = None, None
     if spec["source"] == "local":
         hr_raw, lr = local_images(spec)
         hr, normalisation = to_unit_range(hr_raw, log=False)
-        reso = None
     else:
         sky = emission(spec, seed)
         reso = spec.get("reso_arcmin") or hp.nside2resol(spec["nside"], arcmin=True)
@@ -157,24 +158,23 @@ def prepare_dust(spec: dict[str, Any], seed: int, out: Path, card: Path) -> dict
     if lr is None:
         lr_t = downsample(hr_t, spec["scale"], spec["downsample"])
     else:
-        lr_t = torch.from_numpy(scaled(lr, normalisation["min"], normalisation["max"]))
-        lr_t = lr_t.unsqueeze(1)
+        lr_t = torch.from_numpy(scaled(lr, normalisation["min"], normalisation["max"])).unsqueeze(1)
     with atomic_open(out, "wb") as handle:
         np.savez(handle, hr=hr_t.numpy(), lr=lr_t.numpy(), validation=spec["validation_patches"])
-    data_card = {
-        **{k: spec.get(k) for k in ("source", "preset", "nside", "frequency_ghz", "file")},
-        "standin": spec["source"] == "standin", "patches": spec["patches"],
-        "validation_patches": spec["validation_patches"], "hr_size": spec["hr_size"],
-        "scale": spec["scale"], "downsample": spec["downsample"] if lr is None else "given",
-        "reso_arcmin": reso, "seed": seed, "normalisation": normalisation,
-        "images": len(hr_t), "spectrum_slope": DUST_SLOPE if spec["source"] == "standin" else None,
-    }  # fmt: skip
+    data_card = {k: spec.get(k) for k in ("source", "preset", "nside", "frequency_ghz", "file")}
+    data_card["standin"] = standin = spec["source"] == "standin"
+    data_card.update({k: spec[k] for k in ("patches", "validation_patches", "hr_size", "scale")})
+    data_card["downsample"] = spec["downsample"] if lr is None else "given"
+    data_card.update(reso_arcmin=reso, seed=seed, normalisation=normalisation, images=len(hr_t))
+    data_card["spectrum_slope"] = DUST_SLOPE if standin else None
     write_json(card, data_card)
     return data_card
 
 
 def load_pairs(path: Path) -> dict[str, torch.Tensor]:
     """The training and held-out pairs, as float tensors (N, 1, H, W)."""
+    import torch
+
     with np.load(path) as data:
         hr, lr = torch.from_numpy(data["hr"]), torch.from_numpy(data["lr"])
         split = len(hr) - int(data["validation"])

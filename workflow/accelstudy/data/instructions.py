@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy.data.sources import DataSourceError, _read_local, read_hub, write_jsonl
 
@@ -32,18 +32,6 @@ DEFAULT_COLUMNS = {"instruction": "instruction", "input": "input", "output": "ou
 ENCODE_CHUNK = 64  # examples tokenised at a time; stops as soon as enough blocks exist
 
 
-def standin_examples() -> list[dict[str, str]]:
-    """Real English text in the instruction/output shape: each prose paragraph of the
-    Python documentation (train topics) is the answer to a request to explain its topic."""
-    from accelstudy.data.standin import corpus_paragraphs
-
-    return [
-        {"instruction": f"Explain the Python documentation topic '{title}'.", "input": "",
-         "output": paragraph}
-        for title, paragraph in corpus_paragraphs("train")
-    ]  # fmt: skip
-
-
 def _rename(rows: list[dict[str, Any]], columns: dict[str, str | None], origin: str) -> list:
     """Map the configured column names onto instruction/input/output; input is optional."""
     wanted = {**DEFAULT_COLUMNS, **columns}
@@ -55,21 +43,19 @@ def _rename(rows: list[dict[str, Any]], columns: dict[str, str | None], origin: 
                 f"{origin}: no column '{wanted[role]}' (config key 'data.columns.{role}'); "
                 f"found {sorted(rows[0])}"
             )
-    source_input = wanted["input"] if wanted["input"] in rows[0] else None
-    return [
-        {"instruction": str(row[wanted["instruction"]] or ""),
-         "input": str(row[source_input] or "") if source_input else "",
-         "output": str(row[wanted["output"]] or "")}
-        for row in rows
-    ]  # fmt: skip
+    pairs = [(role, wanted[role] if wanted[role] in rows[0] else None) for role in DEFAULT_COLUMNS]
+    return [{role: str(row[col] or "") if col else "" for role, col in pairs} for row in rows]
 
 
 def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[dict[str, str]]:
     """Examples as `spec` says: source standin | hf (dataset, name, split, revision) |
     local (file: .jsonl/.json/.parquet/.csv), with optional `columns` renames."""
     source = spec.get("source", "standin")
-    if source == "standin":
-        return standin_examples()
+    if source == "standin":  # real text: each documentation paragraph explains its topic
+        from accelstudy.data.standin import corpus_paragraphs
+
+        ask, paragraphs = "Explain the Python documentation topic '{}'.", corpus_paragraphs("train")
+        return [{"instruction": ask.format(t), "input": "", "output": p} for t, p in paragraphs]
     if source == "local":
         path = (base_dir or Path.cwd()) / spec["file"]
         rows, origin = _read_local(path), f"data file '{spec['file']}'"
@@ -93,7 +79,7 @@ def prompt_text(example: dict[str, str]) -> str:
 
 
 def _encoded(
-    examples: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase, max_len: int
+    examples: list[dict[str, str]], tokenizer: Tokenizer, max_len: int
 ) -> Iterator[list[int]]:
     """Token ids of each example: truncated to max_len, EOS appended when it fits."""
     eos = tokenizer.eos_token_id
@@ -106,9 +92,8 @@ def _encoded(
 
 
 def concatenated_blocks(
-    examples: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
-    limit: int | None = None,
-) -> dict[str, list[list[int]]]:  # fmt: skip
+    examples: list[dict], tokenizer: Tokenizer, max_seq_length: int, limit: int | None = None
+) -> dict[str, list[list[int]]]:
     """`--dataset_concatenation`: all token ids end to end, cut into full blocks; the first
     `limit` blocks (as `--max_train_samples` selects) are all that is tokenised."""
     stream: list[int] = []

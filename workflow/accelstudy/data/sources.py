@@ -1,25 +1,22 @@
-"""One split of a task, from the Hugging Face Hub, a local file, or the offline stand-in.
-
-Prepared splits are cached as JSON Lines under results/ so evaluation jobs never touch the
-network; a file without the task's columns fails at the job's start, naming them."""
+"""One split of a task, from the Hugging Face Hub, a local file, or the offline stand-in, checked
+and cached as JSON Lines under results/, so evaluation jobs never touch the network."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from accelstudy.data.values import NORMALISE, BadValue
+from accelstudy.errors import StudyError
 from accelstudy.files import atomic_open
+from accelstudy.tasks import TASKS
 
-REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "wikitext": ("text",),
-    "hellaswag": ("activity_label", "ctx_a", "ctx_b", "endings", "label"),
-    "boolq": ("question", "answer", "passage"),
-}
+log = logging.getLogger("accelstudy")
 
 
-class DataSourceError(ValueError):
+class DataSourceError(StudyError, ValueError):
     """A dataset that is missing, unreadable, lacks the task's columns, or has bad values."""
 
 
@@ -52,25 +49,24 @@ def read_hub(spec: dict[str, Any], split: str) -> list[dict]:
     """A split of the Hub dataset a config entry names (dataset, name, revision)."""
     from datasets import load_dataset
 
-    data = load_dataset(
-        spec["dataset"], spec.get("name"), split=split, revision=spec.get("revision")
-    )
-    return [dict(row) for row in data]
+    name, revision = spec.get("name"), spec.get("revision")
+    return [
+        dict(row) for row in load_dataset(spec["dataset"], name, split=split, revision=revision)
+    ]
 
 
-def check_columns(task: str, rows: list[dict[str, Any]], origin: str) -> None:
+def checked(task: str, rows: list[dict[str, Any]], origin: str) -> list[dict]:
+    """The rows, given they hold the task's columns, every value checked (data/values.py) and
+    normalised: labels as int, answers as bool."""
     if not rows:
         raise DataSourceError(f"{origin}: no rows")
-    missing = [c for c in REQUIRED_COLUMNS[task] if c not in rows[0]]
+    columns = TASKS[task].columns
+    missing = [c for c in columns if c not in rows[0]]
     if missing:
         raise DataSourceError(
             f"{origin}: missing column(s) {missing} for task '{task}'; "
-            f"expected columns {list(REQUIRED_COLUMNS[task])}, found {sorted(rows[0])}"
+            f"expected columns {list(columns)}, found {sorted(rows[0])}"
         )
-
-
-def normalise_values(task: str, rows: list[dict[str, Any]], origin: str) -> list[dict]:
-    """Every row checked (data/values.py) and normalised: labels as int, answers as bool."""
     out = []
     for number, row in enumerate(rows, start=1):
         try:
@@ -100,8 +96,7 @@ def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | Non
         origin = f"dataset '{spec['dataset']}' split '{split}'"
     else:
         raise DataSourceError(f"config key 'tasks.{task}.source': unknown source '{source}'")
-    check_columns(task, rows, origin)
-    return normalise_values(task, rows, origin)
+    return checked(task, rows, origin)
 
 
 def write_jsonl(rows: list[dict[str, Any]], out: str | Path) -> int:
@@ -112,9 +107,12 @@ def write_jsonl(rows: list[dict[str, Any]], out: str | Path) -> int:
     return len(rows)
 
 
-def prepare_split(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:
-    """Load one split and cache it as JSON Lines at `out`; return the row count."""
-    return write_jsonl(load_split(task, spec, split), out)
+def prepare_data(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:
+    """The `prepare-data` stage: one split of a task from its source, cached as JSON Lines at
+    `out`; returns the row count."""
+    rows = write_jsonl(load_split(task, spec, split), out)
+    log.info("prepared %d rows of %s/%s -> %s", rows, task, split, out)
+    return rows
 
 
 def read_prepared(path: str | Path) -> list[dict[str, Any]]:

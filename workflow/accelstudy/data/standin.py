@@ -1,7 +1,6 @@
-"""Offline stand-ins built from real English text that every CPython ships: the documentation
-topics in `pydoc_data.topics`, so the default study runs with no network. Each has the schema
-of the task it stands in for, so the same evaluators run on it; records and the report label
-them "stand-in"."""
+"""Offline stand-ins built from real English text that every CPython ships (the documentation
+topics in `pydoc_data.topics`), so the default study runs with no network. Each has the schema
+of its task, so the same evaluators run on it; records and the report label it "stand-in"."""
 
 from __future__ import annotations
 
@@ -10,20 +9,9 @@ import re
 from collections.abc import Iterator
 from functools import cache
 
-SPLITS = ("train", "validation", "test")
+from accelstudy.tasks import SPLITS
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
-
-
-@cache
-def _topics() -> tuple[tuple[str, str], ...]:
-    from pydoc_data.topics import topics
-
-    return tuple(sorted(topics.items()))
-
-
-def topic_split(index: int) -> str:
-    """Deterministic topic-level split: 20% test, 10% validation, 70% train."""
-    return {0: "test", 1: "test", 2: "validation"}.get(index % 10, "train")
 
 
 def _is_prose(paragraph: str) -> bool:
@@ -36,9 +24,13 @@ def _is_prose(paragraph: str) -> bool:
 def _unique_paragraphs() -> tuple[tuple[str, str, str], ...]:
     """(split, title, paragraph); a paragraph repeated across topics is kept only once,
     in its first topic, so no text is shared between splits."""
+    from pydoc_data.topics import topics
+
     seen: set[str] = set()
     out = []
-    for index, (_, text) in enumerate(_topics()):
+    for index, (_, text) in enumerate(sorted(topics.items())):
+        # a deterministic split by topic: 20% test, 10% validation, 70% train
+        split = {0: "test", 1: "test", 2: "validation"}.get(index % 10, "train")
         title = text.strip().splitlines()[0].strip()
         for block in re.split(r"\n\s*\n", text):
             if set(block.strip()) <= {"*", "-", "="} or not _is_prose(block):
@@ -46,7 +38,7 @@ def _unique_paragraphs() -> tuple[tuple[str, str, str], ...]:
             paragraph = " ".join(block.split())
             if paragraph not in seen:
                 seen.add(paragraph)
-                out.append((topic_split(index), title, paragraph))
+                out.append((split, title, paragraph))
     return tuple(out)
 
 
@@ -94,11 +86,9 @@ def hellaswag_rows(split: str) -> list[dict]:
             continue
         label = rng.randrange(4)
         endings = [*others[:label], ending, *others[label:]]
-        rows.append({
-            "ind": index, "activity_label": title, "ctx_a": ctx_a, "ctx_b": ctx_b,
-            "ctx": f"{ctx_a} {ctx_b}", "endings": endings, "source_id": f"pydoc~{title}",
-            "split": split, "split_type": "indomain", "label": str(label),
-        })  # fmt: skip
+        row = {"ind": index, "activity_label": title, "ctx_a": ctx_a, "ctx_b": ctx_b}
+        row |= {"ctx": f"{ctx_a} {ctx_b}", "endings": endings, "source_id": f"pydoc~{title}"}
+        rows.append({**row, "split": split, "split_type": "indomain", "label": str(label)})
     return rows
 
 

@@ -1,8 +1,6 @@
-"""Each task's values checked and normalised when a split is prepared, before any evaluation.
-
-A bad value (a HellaSwag label that indexes no ending, a BoolQ answer of "maybe") would
-otherwise become a quiet wrong number; here it stops `prepare_data` with one line naming the
-file, the row, the column and the value."""
+"""Each task's values checked and normalised when a split is prepared: a bad value (a HellaSwag
+label that indexes no ending, a BoolQ answer of "maybe") would otherwise become a quiet wrong
+number; here it stops `prepare-data` with one line naming file, row, column and value."""
 
 from __future__ import annotations
 
@@ -32,9 +30,8 @@ def boolq_answer(value: Any, column: str = "answer") -> bool:
 def _text(row: dict, column: str, allow_empty: bool = False) -> str:
     value = row[column]
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        raise BadValue(
-            column, value, "is not a " + ("string" if allow_empty else "non-empty string")
-        )
+        kind = "string" if allow_empty else "non-empty string"
+        raise BadValue(column, value, f"is not a {kind}")
     return value
 
 
@@ -73,8 +70,8 @@ def _hellaswag(row: dict) -> dict:
 
 
 def _boolq(row: dict) -> dict:
-    return {**row, "question": _text(row, "question"), "passage": _text(row, "passage"),
-            "answer": boolq_answer(row["answer"])}  # fmt: skip
+    out = {**row, "question": _text(row, "question"), "passage": _text(row, "passage")}
+    return {**out, "answer": boolq_answer(row["answer"])}
 
 
 NORMALISE = {"wikitext": _wikitext, "hellaswag": _hellaswag, "boolq": _boolq}

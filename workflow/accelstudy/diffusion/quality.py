@@ -1,8 +1,7 @@
 """Image quality of super-resolved images against the truth: PSNR and SSIM (scikit-image's).
 
 Images live in [-1, 1], so the data range is 2. SSIM is Wang et al. (2004) with the
-Gaussian window (sigma 1.5) and its sample covariance, as their reference code computes it.
-"""
+Gaussian window (sigma 1.5) and its sample covariance, as their reference code computes it."""
 
 from __future__ import annotations
 
@@ -19,19 +18,13 @@ def psnr(image: np.ndarray, truth: np.ndarray) -> float:
 
 
 def ssim(image: np.ndarray, truth: np.ndarray) -> float:
-    return float(
-        structural_similarity(
-            truth, image, data_range=DATA_RANGE, gaussian_weights=True, sigma=1.5,
-            use_sample_covariance=False,
-        )
-    )  # fmt: skip
+    window = dict(gaussian_weights=True, sigma=1.5, use_sample_covariance=False)
+    return float(structural_similarity(truth, image, data_range=DATA_RANGE, **window))
 
 
 def scores(images: torch.Tensor, truths: torch.Tensor) -> dict[str, float]:
     """Mean PSNR (dB) and SSIM over a batch of (N, 1, H, W) images."""
-    pairs = [
-        (i[0].double().numpy(), t[0].double().numpy()) for i, t in zip(images, truths, strict=True)
-    ]
+    pairs = list(zip(images[:, 0].double().numpy(), truths[:, 0].double().numpy(), strict=True))
     return {
         "psnr": float(np.mean([psnr(i, t) for i, t in pairs])),
         "ssim": float(np.mean([ssim(i, t) for i, t in pairs])),

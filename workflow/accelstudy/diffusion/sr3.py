@@ -2,8 +2,7 @@
 
 UNet2DModel takes [up-sampled low-res, noisy high-res] and SR3's continuous noise level
 sqrt(alpha_bar) as its "timestep"; training draws that level between two steps' and takes
-the summed L1 on the noise, as the port does. Evaluation samples with a short DDIM schedule.
-"""
+the summed L1 on the noise, as the port does. Evaluation samples with a short DDIM schedule."""
 
 from __future__ import annotations
 
@@ -13,55 +12,52 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 
 def build_unet(model: Mapping[str, Any], hr_size: int):
     """SR3's UNet: in 2 channels (condition, noisy image), out 1 (the predicted noise)."""
     from diffusers import UNet2DModel
 
+    inner, multipliers = model["inner_channels"], model["channel_multipliers"]
     attention = set(model["attention_resolutions"])
-    levels = len(model["channel_multipliers"])
-    has_attention = [hr_size // 2**i in attention for i in range(levels)]
-    return UNet2DModel(
-        sample_size=hr_size, in_channels=2, out_channels=1,
-        block_out_channels=tuple(model["inner_channels"] * m for m in model["channel_multipliers"]),
-        layers_per_block=model["res_blocks"], dropout=model["dropout"],
-        down_block_types=tuple("AttnDownBlock2D" if a else "DownBlock2D" for a in has_attention),
-        up_block_types=tuple("AttnUpBlock2D" if a else "UpBlock2D" for a in has_attention[::-1]),
-        norm_num_groups=min(32, model["inner_channels"]),
-    )  # fmt: skip
+    has_attention = [hr_size // 2**i in attention for i in range(len(multipliers))]
+    down = tuple("AttnDownBlock2D" if a else "DownBlock2D" for a in has_attention)
+    up = tuple("AttnUpBlock2D" if a else "UpBlock2D" for a in has_attention[::-1])
+    shape = dict(sample_size=hr_size, in_channels=2, out_channels=1, norm_num_groups=min(32, inner))
+    blocks = dict(down_block_types=down, up_block_types=up, layers_per_block=model["res_blocks"])
+    channels = tuple(inner * m for m in multipliers)
+    return UNet2DModel(**shape, **blocks, block_out_channels=channels, dropout=model["dropout"])
 
 
 def scheduler(schedule: Mapping[str, Any]):
+    """SR3's linear noise schedule as diffusers' DDPM scheduler."""
     from diffusers import DDPMScheduler
 
-    return DDPMScheduler(
-        num_train_timesteps=schedule["steps"], beta_start=schedule["beta_start"],
-        beta_end=schedule["beta_end"], beta_schedule="linear",
-    )  # fmt: skip
+    betas = dict(beta_start=schedule["beta_start"], beta_end=schedule["beta_end"])
+    return DDPMScheduler(num_train_timesteps=schedule["steps"], beta_schedule="linear", **betas)
 
 
-def sqrt_alpha_bar_prev(noise_schedule) -> torch.Tensor:
+def sqrt_alpha_bar_prev(noise_schedule) -> Tensor:
     """sqrt(alpha_bar) before each step, with 1 before the first: SR3's noise-level table."""
     alpha_bar = noise_schedule.alphas_cumprod.double()
     return torch.cat([torch.ones(1, dtype=torch.float64), alpha_bar]).sqrt()
 
 
-def upsample(lr: torch.Tensor, size: int) -> torch.Tensor:
+def upsample(lr: Tensor, size: int) -> Tensor:
     """SR3's condition: the low-res image up-sampled (bicubic) to the target size."""
     return F.interpolate(lr, size=size, mode="bicubic", align_corners=False)
 
 
-def training_loss(unet, table: torch.Tensor, hr: torch.Tensor, condition: torch.Tensor,
-                  generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+def training_loss(unet, table: Tensor, hr: Tensor, condition: Tensor) -> Tensor:
     """One SR3 step's loss: continuous noise level, noised target, summed L1 on the noise."""
     batch = hr.shape[0]
     steps = len(table) - 1
-    t = int(torch.randint(1, steps + 1, (1,), generator=generator))  # one step per batch
+    t = int(torch.randint(1, steps + 1, (1,)))  # one step per batch
     low, high = table[t], table[t - 1]
-    gamma = low + (high - low) * torch.rand(batch, generator=generator, dtype=torch.float64)
+    gamma = low + (high - low) * torch.rand(batch, dtype=torch.float64)
     gamma = gamma.to(hr.device, torch.float32)
-    noise = torch.randn(hr.shape, generator=generator).to(hr.device, hr.dtype)
+    noise = torch.randn(hr.shape).to(hr.device, hr.dtype)
     g = gamma.view(-1, 1, 1, 1)
     noisy = (g * hr + (1 - g**2).sqrt() * noise).to(hr.dtype)
     predicted = unet(torch.cat([condition, noisy], dim=1), gamma).sample
@@ -69,8 +65,7 @@ def training_loss(unet, table: torch.Tensor, hr: torch.Tensor, condition: torch.
 
 
 @torch.no_grad()
-def super_resolve(unet, noise_schedule, lr: torch.Tensor, size: int, steps: int,
-                  seed: int = 0) -> torch.Tensor:  # fmt: skip
+def super_resolve(unet, noise_schedule, lr: Tensor, size: int, steps: int, seed: int = 0) -> Tensor:
     """SR images from low-res inputs by DDIM over `steps` of the training schedule."""
     from diffusers import DDIMScheduler
 
@@ -90,7 +85,7 @@ def parameter_count(unet) -> int:
     return sum(p.numel() for p in unet.parameters())
 
 
-def flops_per_image(unet, table: torch.Tensor, hr: torch.Tensor, condition: torch.Tensor) -> int:
+def flops_per_image(unet, table: Tensor, hr: Tensor, condition: Tensor) -> int:
     """FLOPs of one training step (forward and backward) per image, counted by torch."""
     from torch.utils.flop_counter import FlopCounterMode
 

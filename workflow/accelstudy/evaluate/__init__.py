@@ -1,6 +1,50 @@
-"""Perplexity and multiple-choice accuracy, under the paper's or lm-eval's protocol."""
+"""Evaluation, one entry point: perplexity and multiple-choice accuracy of a model on a task
+under a named protocol (the paper's or lm-eval's), with throughput and peak memory."""
 
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+from transformers import PreTrainedTokenizerBase as Tokenizer
+
+from accelstudy.device import Device
+from accelstudy.evaluate import perplexity
 from accelstudy.evaluate.meters import Meter
-from accelstudy.evaluate.runner import PROTOCOLS, evaluate_task
+from accelstudy.evaluate.multiple_choice import evaluate_multiple_choice
+from accelstudy.tasks import TASKS
 
-__all__ = ["PROTOCOLS", "Meter", "evaluate_task"]
+PROTOCOLS = ("paper", "lm-eval")
+
+
+def evaluate_task(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    task: str,
+    protocol: str,
+    rows: list[dict],
+    settings: dict[str, Any],
+    device: Device,
+    limit: int | None = None,
+) -> tuple[dict[str, Any], list[dict]]:
+    """Metrics (with tokens/s, wall time, peak memory) and per-item details."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol '{protocol}'; expected one of {PROTOCOLS}")
+    spec, details = TASKS[task], []
+    with Meter(device) as meter:
+        if spec.kind == "perplexity" and protocol == "paper":
+            blocks = perplexity.paper_blocks(tokenizer, rows, settings["block_size"], limit)
+            metrics = perplexity.paper(model, blocks, settings["batch_size"], meter)
+        elif spec.kind == "perplexity":
+            docs = perplexity.documents(rows)[: limit or None]
+            max_length = settings["lm_eval_max_length"]
+            metrics = perplexity.lm_eval(model, tokenizer, docs, meter, max_length)
+        else:
+            key = f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"
+            items = rows[: limit or None]
+            metrics, details = evaluate_multiple_choice(
+                model, tokenizer, task, protocol, items, meter, settings[key]
+            )
+    metrics.update(meter.metrics())
+    metrics["primary_metric"] = spec.metric.name
+    return metrics, details

@@ -9,18 +9,17 @@ import torch.nn.functional as F
 from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
 from lm_eval.tasks.wikitext.preprocess_wikitext import process_results, wikitext_detokenizer
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from torch import nn
 from tqdm import tqdm
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy.evaluate.meters import Meter
-from accelstudy.evaluate.tokens import encode, lm_eval_prefix
+from accelstudy.evaluate.prompts import encode, lm_eval_prefix
 
 GROUP_TEXTS_ROWS = 1000  # datasets.map's default batch, within which group_texts concatenates
 
 
-def paper_blocks(
-    tokenizer: PreTrainedTokenizerBase, rows: list[dict], block_size: int, limit: int | None
-) -> torch.Tensor:
+def paper_blocks(tokenizer: Tokenizer, rows: list, size: int, limit: int | None) -> torch.Tensor:
     """The authors' blocks: `tokenizer(text)` per row (empty rows too, with the tokenizer's
     default special tokens), then HF's `group_texts` per 1,000-row batch of `datasets.map`:
     each batch is concatenated and cut into blocks on its own and its remainder dropped, so
@@ -29,39 +28,32 @@ def paper_blocks(
     for start in range(0, len(rows), GROUP_TEXTS_ROWS):
         texts = [row["text"] for row in rows[start : start + GROUP_TEXTS_ROWS]]
         ids = [t for encoded in tokenizer(texts)["input_ids"] for t in encoded]
-        blocks.extend(
-            ids[i : i + block_size] for i in range(0, len(ids) - block_size + 1, block_size)
-        )
+        blocks.extend(ids[i : i + size] for i in range(0, len(ids) - size + 1, size))
         if limit is not None and len(blocks) >= limit:
             break
     blocks = blocks[:limit] if limit is not None else blocks
     if not blocks:
-        raise ValueError(f"no {GROUP_TEXTS_ROWS}-row batch holds {block_size} tokens: no block")
+        raise ValueError(f"no {GROUP_TEXTS_ROWS}-row batch holds {size} tokens: no block")
     return torch.tensor(blocks)
 
 
 def shifted_cross_entropy(logits: torch.Tensor, batch: torch.Tensor) -> tuple[float, int]:
     """Summed next-token cross-entropy of (B, T, V) logits and the number of targets. The last
     position gets an ignored target: slicing the logits would copy the whole (B, T-1, V)."""
-    ignore = torch.full_like(batch[:, :1], -100)
-    targets = torch.cat([batch[:, 1:], ignore], dim=1)
+    targets = torch.cat([batch[:, 1:], torch.full_like(batch[:, :1], -100)], dim=1).flatten()
     loss = F.cross_entropy(
-        logits.flatten(0, 1).float(), targets.flatten(), reduction="sum", ignore_index=-100
+        logits.flatten(0, 1).float(), targets, reduction="sum", ignore_index=-100
     )
     return float(loss), batch[:, 1:].numel()
 
 
 @torch.inference_mode()
-def block_loss(model: torch.nn.Module, batch: torch.Tensor) -> tuple[float, int]:
-    """Summed next-token cross-entropy over a batch of blocks and the number of targets."""
+def block_loss(model: nn.Module, batch: torch.Tensor) -> tuple[float, int]:
     return shifted_cross_entropy(model(batch).logits, batch)
 
 
-def perplexity_paper(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, rows: list[dict],
-                     meter: Meter, block_size: int, batch_size: int,
-                     limit: int | None) -> dict[str, float]:  # fmt: skip
+def paper(model: nn.Module, blocks: torch.Tensor, batch_size: int, meter: Meter) -> dict:
     """exp(token-weighted mean cross-entropy over the shifted positions of all blocks)."""
-    blocks = paper_blocks(tokenizer, rows, block_size, limit)
     device = next(model.parameters()).device
     total, count = 0.0, 0
     for start in tqdm(range(0, len(blocks), batch_size), desc="perplexity", unit="batch"):
@@ -72,22 +64,14 @@ def perplexity_paper(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
     return {"perplexity": math.exp(total / count), "blocks": len(blocks), "nll": total / count}
 
 
-def raw_lines(rows: list[dict]) -> list[str]:
-    """The lines of the raw file HF's line-level WikiText rows came from: HF yields each line
-    with its newline, but a blank one (in the raw files always a single space) as "". The file
-    ends with a newline, so splitting it on "\n" (as the document-level builder does) ends
-    with one empty string."""
-    return [row["text"].removesuffix("\n") if row["text"] else " " for row in rows] + [""]
-
-
 def documents(rows: list[dict]) -> list[str]:
-    """Pages as EleutherAI/wikitext_document_level builds them from the raw file: a page
-    starts at each line that, with '= = =' and '= =' collapsed and stripped, reads
-    '= Title =' (a top-level heading); pages are their lines joined by "\n", unstripped; a
-    page that is only whitespace (the blank line before the first heading) is dropped,
-    except the last page, which is always kept."""
+    """Pages as EleutherAI/wikitext_document_level builds them from the raw file of HF's rows
+    (HF yields each line with its newline, a blank one, a single space in the file, as ""; the
+    file ends with a newline, so splitting it on "\n" ends with ""): a page starts at each line
+    that, with '= = =' and '= =' collapsed and stripped, reads '= Title ='; a page is its lines
+    joined by "\n"; one only of whitespace is dropped, except the last, which is always kept."""
     pages, lines = [], []
-    for line in raw_lines(rows):
+    for line in [row["text"].removesuffix("\n") if row["text"] else " " for row in rows] + [""]:
         heading = line.replace("= = =", "===").replace("= =", "==").strip()
         if heading.startswith("= ") and heading.endswith(" ="):
             if "\n".join(lines).strip():
@@ -99,14 +83,13 @@ def documents(rows: list[dict]) -> list[str]:
 
 @torch.inference_mode()
 def rolling_loglikelihood(
-    model: torch.nn.Module, tokens: list[int], prefix: int, max_length: int, meter: Meter
+    model: nn.Module, tokens: list[int], prefix: int, max_length: int, meter: Meter
 ) -> float:
     """lm-eval's loglikelihood_rolling: disjoint windows, each token a target exactly once."""
     device = next(model.parameters()).device
     total = 0.0
-    for context, continuation in map(
-        make_disjoint_window, get_rolling_token_windows(tokens, prefix, max_length, 1)
-    ):
+    for window in get_rolling_token_windows(tokens, prefix, max_length, 1):
+        context, continuation = make_disjoint_window(window)
         inputs = torch.tensor([(context + continuation)[:-1]], device=device)
         logprobs = F.log_softmax(model(inputs).logits[0].float(), dim=-1)
         targets = torch.tensor(continuation, device=device)
@@ -115,13 +98,12 @@ def rolling_loglikelihood(
     return total
 
 
-def perplexity_lm_eval(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
-                       rows: list[dict], meter: Meter, max_length: int,
-                       limit: int | None) -> dict[str, float]:  # fmt: skip
+def lm_eval(
+    model: nn.Module, tokenizer: Tokenizer, docs: list[str], meter: Meter, max_length: int
+) -> dict:
     """lm-eval's `wikitext` task: each page scored after lm-eval's own detokenizer, words
     and bytes counted on the raw page by its own process_results, aggregated by its own
     weighted perplexity and bits per byte."""
-    docs = documents(rows)[:limit] if limit else documents(rows)
     results: dict[str, list[tuple[float, int]]] = {}
     n_tokens = 0
     for page in tqdm(docs, desc="rolling perplexity", unit="doc"):
@@ -130,9 +112,7 @@ def perplexity_lm_eval(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
         ll = rolling_loglikelihood(model, tokens, lm_eval_prefix(tokenizer), max_length, meter)
         for name, pair in process_results({"page": page}, [ll]).items():
             results.setdefault(name, []).append(pair)
-    word = weighted_perplexity(results["word_perplexity"])
-    return {
-        "word_perplexity": word, "byte_perplexity": weighted_perplexity(results["byte_perplexity"]),
-        "bits_per_byte": bits_per_byte(results["bits_per_byte"]), "perplexity": word,
-        "documents": len(docs), "target_tokens": n_tokens,
-    }  # fmt: skip
+    metrics = {n: weighted_perplexity(results[n]) for n in ("word_perplexity", "byte_perplexity")}
+    metrics["bits_per_byte"] = bits_per_byte(results["bits_per_byte"])
+    metrics["perplexity"] = metrics["word_perplexity"]
+    return {**metrics, "documents": len(docs), "target_tokens": n_tokens}

@@ -1,8 +1,7 @@
-"""Log-likelihood of continuations given a context, the core of multiple-choice scoring.
-
+"""Log-likelihood of continuations given a context, the core of multiple-choice scoring:
 `score_shared_contexts` runs each context once and scores every continuation from its KV
-cache; `score_separately` and `score_padded_batch` run each (context + continuation) in full.
-All return the same numbers; the first does a fraction of the work (bench/multiple_choice.py)."""
+cache, a fraction of the work of the references that run each (context + continuation) in
+full (`score_separately`, `score_padded_batch`), for the same numbers."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from functools import cache
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,13 @@ Item = tuple[list[int], list[list[int]]]  # (context tokens, each continuation's
 
 
 @torch.inference_mode()
-def score_shared_contexts(model: torch.nn.Module, items: list[Item]) -> list[list[Score]]:
+def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Score]]:
     """Score every item's continuations, each context run once, several items per batch.
     1. The contexts run as one right-padded batch; the KV cache keeps every position and only
        each context's last hidden state goes through the LM head.
     2. Each item's cache rows are repeated per continuation; the continuations (minus their last
        token) run as one batch on top, position ids continuing each context, the attention mask
-       hiding the other contexts' padding. Their own padding is on the right: no token sees it.
-    """
+       hiding the other contexts' padding. Their own padding is on the right: no token sees it."""
     device = next(model.parameters()).device
     contexts = [context for context, _ in items]
     lengths = torch.tensor([len(c) for c in contexts], device=device)
@@ -95,32 +94,26 @@ def score_shared_contexts(model: torch.nn.Module, items: list[Item]) -> list[lis
 
 
 def score_shared_context(
-    model: torch.nn.Module, context: list[int], continuations: list[list[int]]
+    model: nn.Module, context: list[int], conts: list[list[int]]
 ) -> list[Score]:
     """One item: the context runs once; every continuation is scored from its KV cache."""
-    return score_shared_contexts(model, [(context, continuations)])[0]
+    return score_shared_contexts(model, [(context, conts)])[0]
 
 
 @torch.inference_mode()
-def score_separately(
-    model: torch.nn.Module, context: list[int], continuations: list[list[int]]
-) -> list[Score]:
+def score_separately(model: nn.Module, context: list[int], conts: list[list[int]]) -> list[Score]:
     """Reference: one full forward pass per (context + continuation)."""
-    return [score_padded_batch(model, context, [c])[0] for c in continuations]
+    return [score_padded_batch(model, context, [c])[0] for c in conts]
 
 
 @torch.inference_mode()
-def score_padded_batch(
-    model: torch.nn.Module, context: list[int], continuations: list[list[int]]
-) -> list[Score]:
+def score_padded_batch(model: nn.Module, context: list[int], conts: list[list[int]]) -> list[Score]:
     """Every (context + continuation) in full, as one right-padded batch."""
     device = next(model.parameters()).device
-    sequences = [(context + c)[:-1] for c in continuations]
-    logits = model(pad_right(sequences, device)).logits
+    logits = model(pad_right([(context + c)[:-1] for c in conts], device)).logits
     logprobs = F.log_softmax(logits.float(), dim=-1)
-    scores = []
-    for i, cont in enumerate(continuations):
-        start = len(context) - 1
+    start, scores = len(context) - 1, []
+    for i, cont in enumerate(conts):
         ll, greedy = _gather(logprobs[i, start : start + len(cont)], cont)
         scores.append(Score(ll, len(cont), greedy))
     return scores

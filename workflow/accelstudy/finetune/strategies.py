@@ -3,8 +3,7 @@
 The Trainer alone quietly degrades two on a CPU: accelerate enables FSDP on accelerators only
 (`StrategyTrainer` puts the plugin into its state), and with `use_cpu` it drops DeepSpeed
 (`prepare_state` creates DeepSpeed's state on gloo first; the model then loads partitioned,
-zero.Init). On Gaudi the recipe goes to optimum-habana's GaudiTrainer, as the authors' did.
-"""
+zero.Init). On Gaudi the recipe goes to optimum-habana's GaudiTrainer, as the authors' did."""
 
 from __future__ import annotations
 
@@ -17,21 +16,15 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from accelstudy.paths import PROJECT_ROOT
+from accelstudy.points import FinetunePoint
 
 ATTENTION = {"fused": "sdpa", "eager": "eager"}
-STATE_KEYS = (
-    "params_trainable", "params_frozen", "params_whole_copies", "grads", "master_fp32",
-    "optimizer_states",
-)  # fmt: skip
+PARAMETER_KEYS = ("params_trainable", "params_frozen", "params_whole_copies")
+STATE_KEYS = (*PARAMETER_KEYS, "grads", "master_fp32", "optimizer_states")
+BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+QUIET = dict(save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True)
 # Habana/llama's gaudi_config.json, shipped so that no run looks it up on the Hub
 GAUDI_CONFIG = PROJECT_ROOT / "envs" / "gaudi" / "gaudi_config.json"
-
-
-def cpu_threads(local_processes: int) -> int:
-    """Cores this process may use (its affinity mask, e.g. SLURM's cpuset), split between
-    the ranks on this node, so N processes do not oversubscribe the cores."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, local_processes))
 
 
 def extensions_dir() -> Path:
@@ -45,34 +38,31 @@ def extensions_dir() -> Path:
 
 
 def process_env(local_processes: int) -> dict[str, str]:
-    """Environment of each rank: the launcher exports it, and a rank applies it to itself."""
-    threads = str(cpu_threads(local_processes))
-    return {"OMP_NUM_THREADS": threads, "TORCH_EXTENSIONS_DIR": str(extensions_dir())}
+    """Environment of each rank: the cores this process may use (its affinity mask, e.g. SLURM's
+    cpuset) split between the ranks on this node, so that they do not oversubscribe them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(1, (cores or 1) // max(1, local_processes))
+    return {"OMP_NUM_THREADS": str(threads), "TORCH_EXTENSIONS_DIR": str(extensions_dir())}
 
 
-def deepspeed_config(point: dict[str, Any]) -> dict[str, Any]:
-    """The authors' ZeRO-3 settings (the Trainer fills in batch sizes); parameters under the
+def deepspeed_config(point: FinetunePoint) -> dict[str, Any]:
+    """The authors' ZeRO-3 settings (the Trainer fills in the batch sizes); parameters under the
     persistence threshold stay whole on every rank: `zero3_persistence_threshold` 0 shards all."""
-    zero: dict[str, Any] = {"stage": 3, "overlap_comm": False, "contiguous_gradients": False,
-                            "stage3_gather_16bit_weights_on_model_save": True}  # fmt: skip
-    if point.get("zero3_persistence_threshold") is not None:
-        zero["stage3_param_persistence_threshold"] = point["zero3_persistence_threshold"]
-    return {
-        "zero_optimization": zero, "bf16": {"enabled": point["dtype"] == "bfloat16"},
-        "gradient_clipping": point["max_grad_norm"], "train_micro_batch_size_per_gpu": "auto",
-        "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
-    }  # fmt: skip
+    zero: dict[str, Any] = dict(stage=3, overlap_comm=False, contiguous_gradients=False)
+    zero["stage3_gather_16bit_weights_on_model_save"] = True
+    if point.zero3_persistence_threshold is not None:
+        zero["stage3_param_persistence_threshold"] = point.zero3_persistence_threshold
+    batches = dict.fromkeys(BATCH_KEYS, "auto")
+    bf16 = {"enabled": point.dtype == "bfloat16"}
+    return dict(zero_optimization=zero, bf16=bf16, gradient_clipping=point.max_grad_norm, **batches)
 
 
 def fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
     """The authors' FSDP in FSDP2 terms (decoder-layer auto wrap, FULL_SHARD, no offload; FSDP2
     always has their use_orig_params and BACKWARD_PRE). FSDP1 fails on one process with tied
     embeddings (SmolLM2) when it falls back to NO_SHARD."""
-    return {
-        "version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "transformer_layer_cls_to_wrap": layer_classes, "reshard_after_forward": True,
-        "cpu_offload": False,
-    }  # fmt: skip
+    config = dict(version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", cpu_offload=False)
+    return {**config, "transformer_layer_cls_to_wrap": layer_classes, "reshard_after_forward": True}
 
 
 def prepare_state(strategy: str, device_kind: str) -> None:
@@ -90,51 +80,14 @@ def prepare_state(strategy: str, device_kind: str) -> None:
         PartialState(backend="gloo")
 
 
-def recipe_arguments(point: dict[str, Any], output_dir: Path) -> dict[str, Any]:
-    """The authors' recipe on every device (constant lr: their warmup_ratio did nothing and is
-    not passed); nothing is evaluated or saved unless `checkpoint_steps` asks (newest kept)."""
-    kwargs: dict[str, Any] = {
-        "output_dir": str(output_dir), "max_steps": point["max_steps"],
-        "per_device_train_batch_size": point["per_device_batch"],
-        "gradient_accumulation_steps": point["grad_accum"], "learning_rate": point["learning_rate"],
-        "lr_scheduler_type": "constant", "max_grad_norm": point["max_grad_norm"],
-        "optim": "adamw_torch", "bf16": point["dtype"] == "bfloat16", "save_strategy": "no",
-        "eval_strategy": "no", "report_to": "none", "logging_steps": 1,
-        "seed": point.get("seed", 42), "disable_tqdm": True,
-    }  # fmt: skip
-    if point.get("checkpoint_steps"):
-        kwargs.update(save_strategy="steps", save_steps=point["checkpoint_steps"],
-                      save_total_limit=1)  # fmt: skip
-    return kwargs
-
-
-def training_arguments(
-    point: dict[str, Any], output_dir: Path, device_kind: str, layer_classes: list[str]
-) -> TrainingArguments:
-    """The recipe as TrainingArguments on CPU and CUDA; the optimizer is torch's AdamW
-    (Habana's fused AdamW keeps the same states)."""
-    strategy = point["strategy"]
-    on_cpu = device_kind == "cpu"
-    kwargs = {**recipe_arguments(point, output_dir), "use_cpu": on_cpu}
-    if strategy == "zero3":
-        kwargs["deepspeed"] = deepspeed_config(point)
-        if on_cpu:  # reuse prepare_state's DeepSpeed-on-gloo state
-            kwargs["accelerator_config"] = {"use_configured_state": True}
-    else:
-        kwargs.update(ddp_backend="gloo" if on_cpu else None, ddp_find_unused_parameters=False)
-    if strategy == "fsdp":
-        kwargs.update(fsdp=True, fsdp_config=fsdp_config(layer_classes))
-    return TrainingArguments(**kwargs)
-
-
-def gaudi_mode(point: dict[str, Any]) -> str:
+def gaudi_mode(point: FinetunePoint) -> str:
     """lazy, as the authors ran DDP and ZeRO-3; compile for FSDP, which on Gaudi runs only
     under torch.compile, and wherever `gaudi_mode: compile` asks (their Gemma-2 comparison)."""
-    compiled = point["strategy"] == "fsdp" or point.get("gaudi_mode") == "compile"
+    compiled = point.strategy == "fsdp" or point.gaudi_mode == "compile"
     return "compile" if compiled else "lazy"
 
 
-def gaudi_env(point: dict[str, Any]) -> dict[str, str]:
+def gaudi_env(point: FinetunePoint) -> dict[str, str]:
     """Habana's bridge takes its mode from the environment once, when torch loads it."""
     return {"PT_HPU_LAZY_MODE": "1" if gaudi_mode(point) == "lazy" else "0"}
 
@@ -143,59 +96,77 @@ def gaudi_fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
     """The authors' fsdp_config.json (optimum-habana's language-modeling example) as a dict,
     whose keys GaudiTrainingArguments reads without the `fsdp_` prefix a file carries;
     FULL_SHARD, auto wrap and no offload come from `fsdp` itself."""
-    return {
-        "transformer_layer_cls_to_wrap": layer_classes, "backward_prefetch": "BACKWARD_PRE",
-        "forward_prefetch": False, "use_orig_params": True, "sync_module_states": True,
-        "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": False,
-    }  # fmt: skip
+    config = dict(transformer_layer_cls_to_wrap=layer_classes, state_dict_type="FULL_STATE_DICT")
+    config.update(use_orig_params=True, sync_module_states=True, activation_checkpointing=False)
+    return {**config, "backward_prefetch": "BACKWARD_PRE", "forward_prefetch": False}
 
 
-def gaudi_training_arguments(point: dict[str, Any], output_dir: Path,
-                             layer_classes: list[str]) -> Any:  # fmt: skip
-    """The recipe as GaudiTrainingArguments, as the authors' run_lora_clm.py took it: lazy mode
-    or torch.compile (hpu_backend, no fwd/bwd pipelining); ZeRO-3 and FSDP as elsewhere."""
-    from optimum.habana import GaudiTrainingArguments
-
-    compiled = gaudi_mode(point) == "compile"
-    kwargs = recipe_arguments(point, output_dir)
-    kwargs.update(
-        use_habana=True, use_lazy_mode=not compiled, gaudi_config_name=str(GAUDI_CONFIG),
-        throughput_warmup_steps=point.get("throughput_warmup_steps", 3),
-    )  # fmt: skip
-    if compiled:
-        kwargs.update(torch_compile=True, torch_compile_backend="hpu_backend",
-                      pipelining_fwd_bwd=False)  # fmt: skip
-    if point["strategy"] == "zero3":
+def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers: list[str]) -> Any:
+    """The authors' recipe on every device: constant lr (their warmup_ratio did nothing and is
+    not passed), torch's AdamW (Habana's fused AdamW keeps the same states), nothing evaluated
+    or saved unless `checkpoint_steps` asks (newest kept). On Gaudi as GaudiTrainingArguments,
+    as their run_lora_clm.py took it: lazy mode or torch.compile (hpu_backend, no fwd/bwd
+    pipelining)."""
+    kwargs: dict[str, Any] = dict(output_dir=str(out), seed=point.seed, **QUIET)
+    kwargs["logging_steps"] = 1  # every step's loss, for the record
+    kwargs.update(max_steps=point.max_steps, per_device_train_batch_size=point.per_device_batch)
+    kwargs.update(gradient_accumulation_steps=point.grad_accum, bf16=point.dtype == "bfloat16")
+    kwargs.update(learning_rate=point.learning_rate, max_grad_norm=point.max_grad_norm)
+    kwargs.update(lr_scheduler_type="constant", optim="adamw_torch")
+    if point.checkpoint_steps:
+        kwargs.update(save_strategy="steps", save_steps=point.checkpoint_steps, save_total_limit=1)
+    zero3, fsdp, on_cpu = point.strategy == "zero3", point.strategy == "fsdp", device_kind == "cpu"
+    if zero3:
         kwargs["deepspeed"] = deepspeed_config(point)
-    elif point["strategy"] == "fsdp":
-        kwargs.update(fsdp="full_shard auto_wrap", fsdp_config=gaudi_fsdp_config(layer_classes))
-    return GaudiTrainingArguments(**kwargs)
+    if device_kind == "hpu":
+        from optimum.habana import GaudiTrainingArguments
+
+        lazy = gaudi_mode(point) == "lazy"
+        kwargs.update(use_habana=True, use_lazy_mode=lazy, gaudi_config_name=str(GAUDI_CONFIG))
+        kwargs["throughput_warmup_steps"] = point.throughput_warmup_steps
+        if not lazy:
+            kwargs.update(torch_compile=True, torch_compile_backend="hpu_backend")
+            kwargs["pipelining_fwd_bwd"] = False
+        if fsdp:
+            kwargs.update(fsdp="full_shard auto_wrap", fsdp_config=gaudi_fsdp_config(layers))
+        return GaudiTrainingArguments(**kwargs)
+    kwargs["use_cpu"] = on_cpu
+    if zero3 and on_cpu:  # reuse prepare_state's DeepSpeed-on-gloo state
+        kwargs["accelerator_config"] = {"use_configured_state": True}
+    if not zero3:
+        kwargs.update(ddp_backend="gloo" if on_cpu else None, ddp_find_unused_parameters=False)
+    if fsdp:
+        kwargs.update(fsdp=True, fsdp_config=fsdp_config(layers))
+    return TrainingArguments(**kwargs)
 
 
-def gaudi_model_flags(point: dict[str, Any]) -> dict[str, bool]:
+def gaudi_model_flags(point: FinetunePoint) -> dict[str, bool]:
     """Attention fused: Habana's flash attention with its causal mask, both off for eager;
     compiled runs without fused RoPE, as the authors' FSDP and compiled runs."""
-    fused = point["attention"] == "fused"
+    fused = point.attention == "fused"
     flags = {"use_flash_attention": fused, "flash_attention_causal_mask": fused}
     if gaudi_mode(point) == "compile":
         flags["use_fused_rope"] = False
     return flags
 
 
-def gaudi_trainer(point: dict[str, Any], model: Any, args: Any, **kwargs: Any) -> Any:
-    """GaudiTrainer with the shipped Gaudi config; as run_lora_clm.py, the model flags go on the
-    generation config (where it reads them) and FSDP also wraps each LoRA layer (peft's policy)."""
+def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwargs: Any) -> Any:
+    """StrategyTrainer; on Gaudi GaudiTrainer with the shipped Gaudi config, as run_lora_clm.py:
+    the model flags go on the generation config (where it reads them) and FSDP also wraps each
+    LoRA layer (peft's policy)."""
+    if device_kind != "hpu":
+        return StrategyTrainer(model=model, args=args, **kwargs)
     from optimum.habana import GaudiConfig, GaudiTrainer
 
     for key, value in gaudi_model_flags(point).items():
         setattr(model.generation_config, key, value)
     gaudi_config = GaudiConfig.from_pretrained(str(GAUDI_CONFIG))
-    trainer = GaudiTrainer(model=model, gaudi_config=gaudi_config, args=args, **kwargs)
-    if point["strategy"] == "fsdp" and point["method"] == "lora":
+    gaudi = GaudiTrainer(model=model, gaudi_config=gaudi_config, args=args, **kwargs)
+    if point.strategy == "fsdp" and point.method == "lora":
         from peft.utils.other import fsdp_auto_wrap_policy
 
-        trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
-    return trainer
+        gaudi.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
+    return gaudi
 
 
 class StrategyTrainer(Trainer):
@@ -247,10 +218,6 @@ def held_bytes(model: torch.nn.Module, optimizer: Any) -> dict[str, int]:
         counts["master_fp32"] = sum(_bytes(master) for master, low in pairs if master is not low)
         counts["grads"] = _bytes(optimizer.grad_partitions_flat_buffer)
         optimizer = optimizer.optimizer
-    counts["optimizer_states"] = sum(
-        _bytes(value)
-        for state in optimizer.state.values()
-        for value in state.values()
-        if isinstance(value, torch.Tensor)
-    )
+    states = [value for state in optimizer.state.values() for value in state.values()]
+    counts["optimizer_states"] = sum(_bytes(v) for v in states if isinstance(v, torch.Tensor))
     return counts

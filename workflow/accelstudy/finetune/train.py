@@ -6,8 +6,8 @@ accelstudy.ranks. A retry resumes from the newest checkpoint where the point kee
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
-import json
 import math
 import os
 import shutil
@@ -23,7 +23,7 @@ from transformers import TrainerCallback, default_data_collator
 
 from accelstudy import ranks
 from accelstudy.finetune import strategies
-from accelstudy.records import package_versions
+from accelstudy.points import FinetunePoint
 
 OOM_HOOK = "ACCELSTUDY_TEST_RAISE_OOM"  # "1": every rank raises OutOfMemoryError in step 1
 CPU_PEAK = "RSS growth: getrusage ru_maxrss at the end minus the RSS before the model loads"
@@ -67,6 +67,20 @@ class Meter(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         self.times["end"] = time.perf_counter()
 
+    def measured(self, steps: int, point: FinetunePoint, world: int) -> ranks.Measured:
+        """The clock, timed from the end of the warm-up where this run got past it (then over
+        this run's steps only), the losses and the bytes held."""
+        warmed = "warm" in self.times and steps - self.start > self.warmup_steps
+        warmup, end = self.warmup_steps if warmed else 0, self.times["end"]
+        timed_s = end - self.times["warm" if warmed else "begin"]
+        samples = (steps - self.start - warmup) * point.samples_per_step * world
+        metrics = {"train_runtime_s": end - self.times["begin"], "steps": steps}
+        metrics.update(throughput_warmup_steps=warmup, samples_per_s=samples / timed_s)
+        metrics["tokens_per_s"] = samples * point.max_seq_length / timed_s
+        final = self.losses[-1] if self.losses else math.nan
+        metrics = {**metrics, "final_loss": final, "losses": self.losses}
+        return {"resumed_from_step": self.start, "model_state_bytes": self.held, "metrics": metrics}
+
 
 def decoder_layer_classes(model_dir: Path) -> list[str]:
     """What FSDP wraps: the model's no-split modules (its decoder layer), named as the built
@@ -74,13 +88,11 @@ def decoder_layer_classes(model_dir: Path) -> list[str]:
     from accelstudy.finetune.planner import load_config, meta_model
 
     model = meta_model(load_config(model_dir))
-    wanted = set(model._no_split_modules)
-    return sorted(
-        {type(m).__name__ for m in model.modules() if wanted & {c.__name__ for c in type(m).mro()}}
-    )
+    wanted, classes = set(model._no_split_modules), {type(m) for m in model.modules()}
+    return sorted({c.__name__ for c in classes if wanted & {base.__name__ for base in c.mro()}})
 
 
-def load_model(model_dir: Path, point: dict[str, Any], device_kind: str = "cpu"):
+def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
     """The prepared model in the point's dtype and attention (on Gaudi: gaudi_model_flags), with
     LoRA adapters in the model's dtype, as the authors' `lora_model.to(bfloat16)`."""
     from peft import LoraConfig, TaskType, get_peft_model
@@ -90,32 +102,33 @@ def load_model(model_dir: Path, point: dict[str, Any], device_kind: str = "cpu")
     from accelstudy.models import DTYPE_KWARG
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    kwargs: dict[str, Any] = {DTYPE_KWARG: DTYPES[point["dtype"]]}
+    kwargs: dict[str, Any] = {DTYPE_KWARG: DTYPES[point.dtype]}
     if device_kind != "hpu":
-        kwargs["attn_implementation"] = strategies.ATTENTION[point["attention"]]
+        kwargs["attn_implementation"] = strategies.ATTENTION[point.attention]
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), use_safetensors=True, **kwargs)
     model.config.use_cache = False
-    if point["method"] == "lora":
-        lora = point["lora"]
+    if point.method == "lora":
+        lora = point.lora
+        adapters = dict(
+            target_modules=list(lora.targets), task_type=TaskType.CAUSAL_LM, bias="none"
+        )
         config = LoraConfig(
-            r=lora["rank"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
-            target_modules=list(lora["targets"]), bias="none", task_type=TaskType.CAUSAL_LM,
-        )  # fmt: skip
+            r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, **adapters
+        )
         model = get_peft_model(model, config, autocast_adapter_dtype=False)
     return model, tokenizer
 
 
-def train_dataset(point: dict[str, Any], tokenizer, world_size: int):
+def train_dataset(point: FinetunePoint, tokenizer, world_size: int):
     """Exactly the blocks the steps consume: steps x batch x accumulation x ranks."""
     from datasets import Dataset
 
     from accelstudy.data.instructions import concatenated_blocks, load_examples
 
-    needed = point["max_steps"] * point["per_device_batch"] * point["grad_accum"] * world_size
-    examples = load_examples(point.get("data") or {"source": "standin"})
-    return Dataset.from_dict(
-        concatenated_blocks(examples, tokenizer, point["max_seq_length"], limit=needed)
-    )
+    needed = point.max_steps * point.samples_per_step * world_size
+    examples = load_examples(point.data or {"source": "standin"})
+    blocks = concatenated_blocks(examples, tokenizer, point.max_seq_length, limit=needed)
+    return Dataset.from_dict(blocks)
 
 
 def checkpoint_dir(out: Path) -> Path:
@@ -129,83 +142,57 @@ def last_checkpoint(directory: Path) -> Path | None:
     return max(done, key=lambda path: int(path.name.rpartition("-")[2]), default=None)
 
 
-def run_point(point: dict[str, Any], model_dir: Path, out: Path) -> dict[str, Any]:
+def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measured:
     """Train one point on this rank; return this rank's measurements."""
     from accelstudy.device import resolve
 
-    device = resolve(point.get("device", "auto"))
+    device = resolve(point.device or "auto")
     # the launcher's OMP_NUM_THREADS wins (torchrun sets 1 where none is given)
     for key, value in strategies.process_env(ranks.local_processes()).items():
         os.environ.setdefault(key, value)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    strategies.prepare_state(point["strategy"], device.kind)
+    strategies.prepare_state(point.strategy, device.kind)
     baseline = psutil.Process().memory_info().rss
     device.reset_peak_memory()
-    kept = checkpoint_dir(out) if point.get("checkpoint_steps") else None
+    kept = checkpoint_dir(out) if point.checkpoint_steps else None
     with tempfile.TemporaryDirectory(prefix="accelstudy-ft-") as scratch:
         layers = decoder_layer_classes(model_dir)
-        if device.kind == "hpu":
-            args = strategies.gaudi_training_arguments(point, kept or Path(scratch), layers)
-        else:
-            args = strategies.training_arguments(point, kept or Path(scratch), device.kind, layers)
+        args = strategies.training_arguments(point, kept or Path(scratch), device.kind, layers)
         model, tokenizer = load_model(model_dir, point, device.kind)  # after the args: zero.Init
-        meter = Meter(point.get("throughput_warmup_steps", 3))
-        trainer_kwargs = dict(
-            args=args, data_collator=default_data_collator, callbacks=[meter],
-            train_dataset=train_dataset(point, tokenizer, args.world_size),
-        )  # fmt: skip
-        if device.kind == "hpu":
-            trainer = strategies.gaudi_trainer(point, model, **trainer_kwargs)
-        else:
-            trainer = strategies.StrategyTrainer(model=model, **trainer_kwargs)
+        meter = Meter(point.throughput_warmup_steps)
+        data = train_dataset(point, tokenizer, args.world_size)
+        kwargs = dict(args=args, data_collator=default_data_collator, callbacks=[meter])
+        trainer = strategies.trainer(point, device.kind, model, train_dataset=data, **kwargs)
         resume = last_checkpoint(kept) if kept else None
         steps = trainer.train(resume_from_checkpoint=str(resume) if resume else None).global_step
-    peak = device.peak_memory_bytes()
-    warmed = "warm" in meter.times and steps - meter.start > meter.warmup_steps
-    return {
-        "device": device.kind, "world_size": args.world_size, "steps": steps,
-        "resumed_from_step": meter.start, "runtime_s": meter.times["end"] - meter.times["begin"],
-        "timed_s": meter.times["end"] - meter.times["warm" if warmed else "begin"],
-        "warmup_steps": meter.warmup_steps if warmed else 0, "losses": meter.losses,
-        "peak_memory_bytes": peak - baseline if device.kind == "cpu" else peak,
-        "model_state_bytes": meter.held,
-    }  # fmt: skip
+    peak = device.peak_memory_bytes() - (baseline if device.kind == "cpu" else 0)
+    measured = {"device": device.kind, "world_size": args.world_size, "peak_memory_bytes": peak}
+    return {**measured, **meter.measured(steps, point, args.world_size)}
 
 
-def summarise(point: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The point's result: rank 0's clock and losses, every rank's memory and bytes."""
-    first = ranks[0]
-    per_step = point["per_device_batch"] * point["grad_accum"] * first["world_size"]
-    samples = (first["steps"] - first["resumed_from_step"] - first["warmup_steps"]) * per_step
-    metrics = {
-        "train_runtime_s": first["runtime_s"], "steps": first["steps"],
-        "throughput_warmup_steps": first["warmup_steps"],
-        "samples_per_s": samples / first["timed_s"],
-        "tokens_per_s": samples * point["max_seq_length"] / first["timed_s"],
-        "final_loss": first["losses"][-1] if first["losses"] else math.nan,
-        "losses": first["losses"], "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
-        "peak_memory_method": CPU_PEAK if first["device"] == "cpu" else "max_memory_allocated",
-        "clean_measurement": first["resumed_from_step"] == 0,
-    }  # fmt: skip
-    if first["resumed_from_step"]:  # the speed covers this run's steps only
-        metrics["resumed_from_step"] = first["resumed_from_step"]
+def summarise(point: FinetunePoint, measured: list[ranks.Measured]) -> dict[str, Any]:
+    """The point's result, its metrics as its record keeps them: rank 0's clock and losses,
+    every rank's peak memory and model-state bytes."""
+    first, resumed = measured[0], measured[0]["resumed_from_step"]
+    peaks = [m["peak_memory_bytes"] for m in measured]
+    metrics = {**first["metrics"], "peak_memory_per_rank": peaks, "peak_memory_bytes": max(peaks)}
+    metrics["peak_memory_method"] = CPU_PEAK if first["device"] == "cpu" else "max_memory_allocated"
+    metrics["clean_measurement"] = resumed == 0
+    if resumed:  # the speed covers this run's steps only
+        metrics["resumed_from_step"] = resumed
     if first["device"] == "hpu":
         metrics["gaudi_mode"] = strategies.gaudi_mode(point)
-    return {
-        "status": "ok", "point": point, "world_size": first["world_size"],
-        "device": first["device"], "metrics": metrics,
-        "model_state_bytes": [r["model_state_bytes"] for r in ranks],
-        "notes": {"warmup_ratio": WARMUP_NOTE}, "versions": package_versions(),
-    }  # fmt: skip
+    metrics["model_state_bytes"] = [m["model_state_bytes"] for m in measured]
+    world, device = first["world_size"], first["device"]
+    result = {"point": point.as_dict(), "world_size": world, "device": device, "metrics": metrics}
+    return {**result, "notes": {"warmup_ratio": WARMUP_NOTE}}
 
 
-def ensure_gaudi_mode(point: dict[str, Any], argv: list[str]) -> None:
+def ensure_gaudi_mode(point: FinetunePoint, argv: list[str]) -> None:
     """Habana's bridge reads PT_HPU_LAZY_MODE once, as `import torch` loads it (autoloaded
     since SynapseAI 1.18): a rank started without the point's mode restarts itself with it."""
     wanted = strategies.gaudi_env(point)
-    if importlib.util.find_spec("habana_frameworks") is None or all(
-        os.environ.get(key) == value for key, value in wanted.items()
-    ):
+    if wanted.items() <= os.environ.items() or not importlib.util.find_spec("habana_frameworks"):
         return
     os.environ.update(wanted)
     os.execv(sys.executable, [sys.executable, "-m", "accelstudy.finetune.train", *argv])
@@ -214,18 +201,16 @@ def ensure_gaudi_mode(point: dict[str, Any], argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--point", type=json.loads, required=True, help="the sweep point")
+    parser.add_argument("--point", type=FinetunePoint.from_json, required=True)
     parser.add_argument("--model-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    ensure_gaudi_mode(args.point, argv)
-    return ranks.run(
-        args.point, args.out,
-        work=lambda: run_point(args.point, args.model_dir, args.out),
-        summarise=lambda measured: summarise(args.point, measured),
-        # every rank has finished training: its checkpoints are spent
-        finished=lambda: shutil.rmtree(checkpoint_dir(args.out), ignore_errors=True),
-    )  # fmt: skip
+    point, out = args.point, args.out
+    ensure_gaudi_mode(point, argv)
+    work = functools.partial(run_point, point, args.model_dir, out)
+    # every rank has finished training: its checkpoints are spent
+    spent = functools.partial(shutil.rmtree, checkpoint_dir(out), ignore_errors=True)
+    return ranks.run(point, out, work, functools.partial(summarise, point), finished=spent)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,16 @@
-"""From sensitivity scores to precisions: percentile groups, k-means, or a median split."""
+"""From sensitivity scores to precisions: percentile groups, k-means, or a median split; the
+`cluster` stage writes the layer-to-bits (or module-to-bits) assignment."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
+
+from accelstudy.files import write_json
+from accelstudy.ptq import SCAN_KEYS, SensitivityTableError
 
 METHODS = ("percentile", "kmeans", "median")
 
@@ -20,8 +28,9 @@ def percentile_groups(n: int, k: int, remainder: str = "last") -> list[int]:
     return sizes
 
 
-def cluster_ranks(scores: list[float], k: int, method: str, remainder: str = "last",
-                  seed: int = 0) -> list[int]:  # fmt: skip
+def cluster_ranks(
+    scores: list[float], k: int, method: str, remainder: str = "last", seed: int = 0
+) -> list[int]:
     """Rank of each score's cluster: 0 = most sensitive (gets bits[0])."""
     values = np.asarray(scores, dtype=float)
     n = len(values)
@@ -37,8 +46,7 @@ def cluster_ranks(scores: list[float], k: int, method: str, remainder: str = "la
 
         labels = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(values[:, None])
         means = {label: values[labels == label].mean() for label in set(labels)}
-        by_mean = sorted(means, key=lambda label: -means[label])
-        rank_of = {label: rank for rank, label in enumerate(by_mean)}
+        rank_of = {label: rank for rank, label in enumerate(sorted(means, key=lambda m: -means[m]))}
         return [rank_of[label] for label in labels]
     if method == "median":
         # the real Gaudi path: score >= median -> high precision (rank 0), else rank 1
@@ -46,11 +54,37 @@ def cluster_ranks(scores: list[float], k: int, method: str, remainder: str = "la
     raise ValueError(f"unknown clustering method '{method}'; expected one of {METHODS}")
 
 
-def assign_bits(names: list[str], scores: list[float], bits: list[int], method: str,
-                remainder: str = "last", seed: int = 0) -> dict[str, int]:  # fmt: skip
+def assign_bits(
+    scores: dict[str, float], bits: list[int], method: str, remainder: str = "last", seed: int = 0
+) -> dict[str, int]:
     """name -> bits, the i-th most sensitive cluster getting bits[i]."""
-    k = 2 if method == "median" else len(bits)
     if method == "median" and len(bits) != 2:
         raise ValueError(f"the median split needs exactly 2 precisions, got {bits}")
-    ranks = cluster_ranks(scores, k, method, remainder, seed)
-    return {name: bits[rank] for name, rank in zip(names, ranks, strict=True)}
+    ranks = cluster_ranks(list(scores.values()), len(bits), method, remainder, seed)
+    return {name: bits[rank] for name, rank in zip(scores, ranks, strict=True)}
+
+
+def cluster(
+    *, table: Path, bits: list[int], method: str, remainder: str, model_dir: Path, out: Path
+) -> dict[str, int]:
+    """The `cluster` stage: layer -> bits (or module -> bits) from the sensitivity table."""
+    frame = pd.read_csv(table)
+    n_layers = json.loads((Path(model_dir) / "config.json").read_text())["num_hidden_layers"]
+    layers = sorted(frame["layer"].unique())
+    if layers != list(range(n_layers)):
+        raise SensitivityTableError(
+            f"sensitivity table '{table}' covers layers {layers[:3]}..., but the model has "
+            f"{n_layers} decoder layers; re-run the sensitivity stage for this model"
+        )
+    scores = dict(zip(frame["name"], frame["score"], strict=True))
+    assignment = assign_bits(scores, bits, method, remainder)
+    # what the scores were measured with, so a quantized record says what its bits depend on
+    scanned = json.loads(frame[[k for k in SCAN_KEYS if k in frame]].iloc[0].to_json())
+    payload = {"bits": bits, "method": method, "remainder": remainder, "sensitivity": scanned}
+    if "." in str(frame["name"].iloc[0]):  # submodule scores: a module-to-bits map
+        payload["module_bits"] = dict(sorted(assignment.items()))
+    else:
+        layer_bits = {int(name.split("-")[1]): b for name, b in assignment.items()}
+        payload["layer_bits"] = {str(k): v for k, v in sorted(layer_bits.items())}
+    write_json(out, payload)
+    return assignment

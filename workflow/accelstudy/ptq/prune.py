@@ -1,8 +1,6 @@
-"""Magnitude pruning of one decoder layer or one projection, in place and exactly undone.
-
-The sensitivity scan prunes, evaluates and restores once per target; it never reloads the
-model. Restoring copies the saved tensors back, so weights are bit-identical afterwards.
-"""
+"""Magnitude pruning of one decoder layer or one projection, in place and exactly undone: the
+sensitivity scan prunes, evaluates and restores once per target and never reloads the model;
+restoring copies the saved tensors back, so weights are bit-identical afterwards."""
 
 from __future__ import annotations
 
@@ -14,11 +12,8 @@ import torch
 from torch import nn
 
 GRANULARITIES = ("layer", "layer-per-tensor", "submodule")
-FAMILIES = {
-    "mlp": ("gate_proj", "up_proj", "down_proj"),
-    "attn": ("q_proj", "k_proj", "v_proj", "o_proj"),
-    "all": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-}
+MLP, ATTENTION = ("gate_proj", "up_proj", "down_proj"), ("q_proj", "k_proj", "v_proj", "o_proj")
+FAMILIES = {"mlp": MLP, "attn": ATTENTION, "all": ATTENTION + MLP}
 
 
 @dataclass(frozen=True)
@@ -73,9 +68,11 @@ def targets(model: nn.Module, granularity: str, family: str = "mlp") -> list[Tar
             out.append(Target(f"layer-{index:02d}", index, tensors, per_tensor=False))
         elif granularity == "layer-per-tensor":
             # the authors' A100 WikiText script: a threshold per tensor, norm weights included
-            norms = tuple(m.weight for _, m in layer.named_modules()
-                          if "norm" in type(m).__name__.lower()
-                          and getattr(m, "weight", None) is not None)  # fmt: skip
+            norms = tuple(
+                m.weight
+                for _, m in layer.named_modules()
+                if "norm" in type(m).__name__.lower() and getattr(m, "weight", None) is not None
+            )
             tensors = tuple(m.weight for _, m in linears) + norms
             out.append(Target(f"layer-{index:02d}", index, tensors, per_tensor=True))
         else:

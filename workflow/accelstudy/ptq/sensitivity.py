@@ -1,20 +1,92 @@
-"""Per-layer (or per-projection) pruning sensitivity, with prefix reuse: pruning layer l cannot
+"""Per-layer (or per-projection) pruning sensitivity on a calibration set (the paper's token
+batches, and how to score any batch's logits), with prefix reuse: pruning layer l cannot
 change what layers 0..l-1 compute, so the scan runs the unpruned model once, keeps the hidden
 states entering each layer it will prune, and for layer l runs only layers l..L-1, the final
-norm and the LM head. The naive scan (a full forward per target) is kept for the equivalence
-test and the benchmark."""
+norm and the LM head (the naive scan stays for tests and the benchmark). The `sensitivity`
+stage scans one chunk of the targets; `gather-sensitivity` joins the chunks."""
 
 from __future__ import annotations
 
+import json
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
+from transformers import PreTrainedTokenizerBase as Tokenizer
 
-from accelstudy.ptq.calibration import Calibration
-from accelstudy.ptq.prune import Target, decoder_layers, pruned
+from accelstudy import device as devices
+from accelstudy.data.sources import read_prepared
+from accelstudy.evaluate.multiple_choice import decide, tokenize_request
+from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
+from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
+from accelstudy.evaluate.scoring import Score, pad_right
+from accelstudy.files import atomic_open, write_json
+from accelstudy.models import load_prepared
+from accelstudy.ptq import SCAN_KEYS, SensitivityTableError
+from accelstudy.ptq.prune import decoder_layers, pruned, targets
+from accelstudy.tasks import TASKS
+
+
+@dataclass
+class Calibration:
+    """Token batches and, for accuracy tasks, what each row of each batch scores."""
+
+    kind: str  # "perplexity" | "accuracy"
+    batches: list[torch.Tensor]
+    protocol: ChoiceProtocol | None = None
+    requests: list[ChoiceRequest] = field(default_factory=list)
+    layouts: list[list[tuple[int, list[int]]]] = field(default_factory=list)  # (start, cont)
+
+    @property
+    def tokens(self) -> int:
+        return sum(b.numel() for b in self.batches)
+
+    def contribution(self, index: int, logits: torch.Tensor) -> tuple[float, int]:
+        """(summed loss, count) for perplexity; (correct, 1) for accuracy."""
+        batch = self.batches[index]
+        if self.kind == "perplexity":
+            return shifted_cross_entropy(logits, batch.to(logits.device))
+        logprobs = F.log_softmax(logits.float(), dim=-1)
+        scores = []
+        for row, (start, cont) in enumerate(self.layouts[index]):
+            picked = logprobs[row, start - 1 : start - 1 + len(cont)]
+            targets = torch.tensor(cont, dtype=torch.long, device=picked.device)
+            ll = picked.gather(1, targets[:, None]).sum()
+            scores.append(Score(float(ll.double()), len(cont), False))
+        request = self.requests[index]
+        return float(decide(request, scores, self.protocol).prediction == request.gold), 1
+
+    def metric(self, contributions: list[tuple[float, int]]) -> float:
+        total = sum(c for c, _ in contributions)
+        count = sum(n for _, n in contributions)
+        return math.exp(total / count) if self.kind == "perplexity" else total / count
+
+
+def build_calibration(
+    tokenizer: Tokenizer, task: str, rows: list, limit: int | None, settings: dict
+) -> Calibration:
+    """The first `limit` blocks or items of `rows`, under the paper's evaluation `settings`.
+    Blocks go in batches; an item is one batch: each choice's (context + continuation)[:-1]."""
+    if TASKS[task].kind == "perplexity":
+        blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
+        return Calibration("perplexity", list(torch.split(blocks, settings["batch_size"])))
+    spec, max_length = CHOICE_PROTOCOLS[(task, "paper")], settings[f"{task}_max_length"]
+    calibration = Calibration("accuracy", [], spec)
+    for row in rows[:limit] if limit else rows:
+        request = spec.build(row)
+        context, continuations = tokenize_request(tokenizer, request, spec, max_length)
+        calibration.batches.append(pad_right([(context + c)[:-1] for c in continuations]))
+        calibration.requests.append(request)
+        calibration.layouts.append([(len(context), c) for c in continuations])
+    return calibration
 
 
 @dataclass(frozen=True)
@@ -26,95 +98,139 @@ class TargetScore:
     zeroed: int
 
 
-def orient(kind: str, pruned_metric: float, base: float) -> float:
-    """Perplexity: pruned - base; accuracy: base - pruned. Zero and negative scores stay."""
-    return pruned_metric - base if kind == "perplexity" else base - pruned_metric
-
-
 class PrefixCache:
-    """Hidden states entering chosen layers, and the layer kwargs, per calibration batch."""
-
-    def __init__(self, model: nn.Module, calibration: Calibration, layers: set[int]):
-        self.model = model
-        self.calibration = calibration
-        self.hidden: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
-        self.kwargs: list[dict] = []
-        self.base_contributions: list[tuple[float, int]] = []
-        self._fill(layers)
+    """Hidden states entering chosen layers, and the layer kwargs, per calibration batch, from
+    one forward pass of the unpruned model; `base` holds that pass's contributions."""
 
     @torch.inference_mode()
-    def _fill(self, layers: set[int]) -> None:
-        modules = decoder_layers(self.model)
+    def __init__(self, model: nn.Module, calibration: Calibration, layers: set[int]):
+        self.model, self.calibration = model, calibration
+        self.hidden: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+        self.kwargs: list[dict] = []
+        self.base: list[tuple[float, int]] = []
         captured: dict[str, dict] = {}
 
-        def hook(index: int):
-            def capture(_module, args, kwargs):
-                hidden = args[0] if args else kwargs["hidden_states"]
-                self.hidden[index].append(hidden.clone())
-                captured.setdefault(
-                    "kwargs", {k: v for k, v in kwargs.items() if k != "hidden_states"}
-                )
+        def capture(index: int, _module: nn.Module, args: tuple, kwargs: dict) -> None:
+            self.hidden[index].append((args[0] if args else kwargs["hidden_states"]).clone())
+            captured.setdefault("kwargs", {k: v for k, v in kwargs.items() if k != "hidden_states"})
 
-            return capture
-
-        handles = [modules[i].register_forward_pre_hook(hook(i), with_kwargs=True) for i in layers]
+        hooks = [(decoder_layers(model)[i], partial(capture, i)) for i in layers]
+        handles = [layer.register_forward_pre_hook(h, with_kwargs=True) for layer, h in hooks]
         try:
-            device = next(self.model.parameters()).device
-            for index, batch in enumerate(self.calibration.batches):
+            device = next(model.parameters()).device
+            for index, batch in enumerate(calibration.batches):
                 captured.clear()
-                logits = self.model(batch.to(device), use_cache=False).logits
+                logits = model(batch.to(device), use_cache=False).logits
                 self.kwargs.append(captured["kwargs"])
-                self.base_contributions.append(self.calibration.contribution(index, logits))
+                self.base.append(calibration.contribution(index, logits))
         finally:
             for handle in handles:
                 handle.remove()
 
     @torch.inference_mode()
-    def suffix_logits(self, start: int, index: int) -> torch.Tensor:
-        """Logits from running layers start..L-1 on the cached input of layer `start`."""
-        hidden = self.hidden[start][index]
-        for layer in decoder_layers(self.model)[start:]:
-            out = layer(hidden, **self.kwargs[index])
-            hidden = out[0] if isinstance(out, tuple) else out
-        hidden = self.model.get_decoder().norm(hidden)
-        return self.model.get_output_embeddings()(hidden)
-
-
-def scan(
-    model: nn.Module, calibration: Calibration, chunk: list[Target], sparsity: float,
-    prefix_reuse: bool = True,
-) -> tuple[float, list[TargetScore], dict[str, float]]:  # fmt: skip
-    """(base metric, a score per target, timing) for the targets of one chunk."""
-    started = time.perf_counter()
-    device = next(model.parameters()).device
-    kind = calibration.kind
-    cache = PrefixCache(model, calibration, {t.layer for t in chunk}) if prefix_reuse else None
-    if cache is None:
-        base = _full_metric(model, calibration, device)
-    else:
-        base = calibration.metric(cache.base_contributions)
-    results = []
-    for target in tqdm(chunk, desc="sensitivity", unit="target"):
-        with pruned(target, sparsity) as zeroed:
-            if cache is not None:
-                contributions = [
-                    calibration.contribution(i, cache.suffix_logits(target.layer, i))
-                    for i in range(len(calibration.batches))
-                ]
-                metric = calibration.metric(contributions)
-            else:
-                metric = _full_metric(model, calibration, device)
-        results.append(
-            TargetScore(target.name, target.layer, metric, orient(kind, metric, base), zeroed)
-        )
-    wall = time.perf_counter() - started
-    return base, results, {"wall_time_s": wall, "tokens": calibration.tokens * (len(chunk) + 1)}
+    def metric(self, start: int) -> float:
+        """The metric from running layers start..L-1 on the cached inputs of layer `start`."""
+        contributions = []
+        for index, hidden in enumerate(self.hidden[start]):
+            for layer in decoder_layers(self.model)[start:]:
+                out = layer(hidden, **self.kwargs[index])
+                hidden = out[0] if isinstance(out, tuple) else out
+            logits = self.model.get_output_embeddings()(self.model.get_decoder().norm(hidden))
+            contributions.append(self.calibration.contribution(index, logits))
+        return self.calibration.metric(contributions)
 
 
 @torch.inference_mode()
-def _full_metric(model: nn.Module, calibration: Calibration, device: torch.device) -> float:
+def full_metric(model: nn.Module, calibration: Calibration) -> float:
+    device = next(model.parameters()).device
     contributions = [
         calibration.contribution(i, model(batch.to(device), use_cache=False).logits)
         for i, batch in enumerate(calibration.batches)
     ]
     return calibration.metric(contributions)
+
+
+def scan(
+    model: nn.Module, calibration: Calibration, chunk: list, sparsity: float, prefix_reuse=True
+) -> tuple[float, list[TargetScore], dict[str, float]]:
+    """(base metric, a score per target, timing) for the targets (prune.Target) of one chunk."""
+    started = time.perf_counter()
+    cache = PrefixCache(model, calibration, {t.layer for t in chunk}) if prefix_reuse else None
+    base = calibration.metric(cache.base) if cache else full_metric(model, calibration)
+    results = []
+    for target in tqdm(chunk, desc="sensitivity", unit="target"):
+        with pruned(target, sparsity) as zeroed:
+            metric = cache.metric(target.layer) if cache else full_metric(model, calibration)
+        # the damage pruning does: a rise in perplexity, a fall in accuracy (zero or less stays)
+        score = metric - base if calibration.kind == "perplexity" else base - metric
+        results.append(TargetScore(target.name, target.layer, metric, score, zeroed))
+    wall = time.perf_counter() - started
+    return base, results, {"wall_time_s": wall, "tokens": calibration.tokens * (len(chunk) + 1)}
+
+
+def chunk_targets(all_targets: list, chunks: int, index: int) -> list:
+    """The index-th of `chunks` near-equal consecutive slices."""
+    size, extra = divmod(len(all_targets), chunks)
+    start = index * size + min(index, extra)
+    return all_targets[start : start + size + (1 if index < extra else 0)]
+
+
+def sensitivity_chunk(
+    *,
+    model_dir: Path,
+    task: str,
+    data: Path,
+    limit: int | None,
+    settings: dict[str, Any],
+    granularity: str,
+    family: str,
+    sparsity: float,
+    chunks: int,
+    chunk: int,
+    prefix_reuse: bool,
+    out: Path,
+    device_kind: str = "auto",
+) -> dict[str, Any]:
+    """The `sensitivity` stage: prune each target of one chunk in turn; write its scores."""
+    device = devices.resolve(device_kind)
+    model, tokenizer = load_prepared(model_dir)
+    model.to(device.torch)
+    calibration = build_calibration(tokenizer, task, read_prepared(data), limit, settings)
+    all_targets = targets(model, granularity, family)
+    base, scores, timing = scan(
+        model, calibration, chunk_targets(all_targets, chunks, chunk), sparsity, prefix_reuse
+    )
+    scanned = dict(zip(SCAN_KEYS, (granularity, family, sparsity, limit), strict=True))
+    payload = {
+        "task": task,
+        "metric": calibration.kind,
+        "base": base,
+        **scanned,
+        "chunk": chunk,
+        "chunks": chunks,
+        "n_targets": len(all_targets),
+        "prefix_reuse": prefix_reuse,
+        "device": device.kind,
+        "scores": [s.__dict__ for s in scores],
+        **timing,
+    }
+    write_json(out, payload)
+    return payload
+
+
+def gather_sensitivity(chunks: list[Path], out: Path) -> pd.DataFrame:
+    """The `gather-sensitivity` stage: chunks -> one table (target, layer, metric, score, and
+    what the scan was measured with), checked to be complete."""
+    parts = [json.loads(Path(p).read_text()) for p in chunks]
+    first = parts[0]
+    frame = pd.DataFrame([s for part in parts for s in part["scores"]])
+    scanned = {key: first.get(key) for key in SCAN_KEYS}
+    frame = frame.assign(base=first["base"], metric_kind=first["metric"], **scanned)
+    frame.insert(0, "task", first["task"])
+    if len(frame) != first["n_targets"] or frame["name"].duplicated().any():
+        raise SensitivityTableError(
+            f"sensitivity chunks hold {len(frame)} targets, expected {first['n_targets']}"
+        )
+    with atomic_open(out) as handle:
+        frame.sort_values("name").to_csv(handle, index=False)
+    return frame

@@ -11,24 +11,25 @@ import pandas as pd
 import seaborn as sns
 
 from accelstudy.paths import RESOURCES
-from accelstudy.report.figures import _save, placeholder
+from accelstudy.report.collect import joined
+from accelstudy.report.figures import SPREAD, placeholder, save
 
 KEYS = ["system", "devices"]
-# metric columns the table reads; absent from the collected records where no point ran
-METRICS = ("train_runtime_s", "images_per_s", "images_processed", "flops_per_image",
-           "achieved_flops_per_s", "parameters", "psnr_sr", "ssim_sr", "psnr_bicubic",
-           "ssim_bicubic", "final_loss", "images")  # fmt: skip
 FIGURES = ("diffusion_scaling.png", "diffusion_samples.png")
 PANEL = ("lr", "sr", "bicubic", "hr")
 TITLES = ("low-res input", "SR3 output", "bicubic", "truth")
-COLUMNS = {
-    "system": "system", "devices": "devices", "status": "status", "repeats": "repeats",
-    "data": "data", "minutes": "training minutes", "images_trained": "images trained",
-    "images_per_s": "images/s", "speedup": "speed-up", "efficiency": "scaling efficiency",
-    "gflop": "GFLOP per image", "gflops": "achieved GFLOP/s", "parameters": "parameters",
-    "psnr_sr": "PSNR SR (dB)", "ssim_sr": "SSIM SR", "psnr_bicubic": "PSNR bicubic (dB)",
-    "ssim_bicubic": "SSIM bicubic", "final_loss": "final loss", "peak": "peak MiB (max rank)",
-}  # fmt: skip
+# the table's columns, in groups: the point, time, speed, compute, image quality, the rest
+POINT = {k: k for k in [*KEYS, "status", "repeats", "data"]}
+TIME = {"minutes": "training minutes", "images_trained": "images trained"}
+SPEED = {"images_per_s": "images/s", "speedup": "speed-up", "efficiency": "scaling efficiency"}
+COMPUTE = {"gflop": "GFLOP per image", "gflops": "achieved GFLOP/s", "parameters": "parameters"}
+SR = {"psnr_sr": "PSNR SR (dB)", "ssim_sr": "SSIM SR"}
+BICUBIC = {"psnr_bicubic": "PSNR bicubic (dB)", "ssim_bicubic": "SSIM bicubic"}
+TRAINING = {"final_loss": "final loss", "peak": "peak MiB (max rank)"}
+COLUMNS = {**POINT, **TIME, **SPEED, **COMPUTE, **SR, **BICUBIC, **TRAINING}
+# metric columns the table reads; absent from the collected records where no point ran
+RUN = ["train_runtime_s", "images_per_s", "images_processed", "flops_per_image"]
+METRICS = [*RUN, "achieved_flops_per_s", "parameters", *SR, *BICUBIC, "final_loss", "images"]
 TABLE_NOTE = (
     "Strong scaling: iterations x devices is fixed (batch per device fixed), so every row "
     "trains the same images. Medians over the repeats that ran; speed-up: the same system's "
@@ -36,44 +37,48 @@ TABLE_NOTE = (
     "the SR3 samples and of bicubic up-sampling against the held-out truth."
 )
 SAMPLES_NOTE = "Held-out images of the first point that ran: input, SR3 output, bicubic, truth."
+# Fig. 3's panels (y, log x, log y, label): the paper's minutes twice, then speed-up, efficiency
+PANELS = [
+    ("minutes", False, False, "minutes (published)"),
+    ("minutes", True, True, "minutes (published, log-log)"),
+    ("speedup", True, True, "speed-up T1 / TN"),
+    ("efficiency", True, False, "scaling efficiency (speed-up / devices)"),
+]
 
 
 def diffusion_runs(records: pd.DataFrame) -> pd.DataFrame:
-    """A row per SR3 record (a repeat): training minutes, speed-up over the median of its
-    system's single-device repeats, and its samples npz (beside it)."""
+    """A row per SR3 record: minutes, speed-up over its system's one device, its samples npz."""
     runs = records[records["stage"] == "diffusion"]
     if runs.empty:
         return runs
     runs = runs.assign(**{m: runs.get(f"metric_{m}", np.nan) for m in METRICS})
-    runs = runs.assign(devices=runs["devices"].astype(int), repeat=runs["repeat"].astype(int),
-                       minutes=runs["train_runtime_s"] / 60,
-                       samples=[Path(r).with_name(f"{Path(r).stem}.samples.npz")
-                                for r in runs["record"]])  # fmt: skip
+    samples = [Path(r).with_name(f"{Path(r).stem}.samples.npz") for r in runs["record"]]
+    count = {"devices": runs["devices"].astype(int), "repeat": runs["repeat"].astype(int)}
+    runs = runs.assign(**count, minutes=runs["train_runtime_s"] / 60, samples=samples)
     runs = runs.sort_values([*KEYS, "repeat"], kind="stable").reset_index(drop=True)
     base = runs[(runs["status"] == "ok") & (runs["devices"] == 1)].groupby("system")["minutes"]
     return runs.assign(speedup=runs["system"].map(base.median()) / runs["minutes"])
 
 
 def diffusion_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """A row per (system, devices) as the report and tables/diffusion.csv show it (headed but
-    empty where no SR3 point was recorded)."""
+    """A row per (system, devices), as tables/diffusion.csv shows it (headed where empty)."""
     if runs.empty:
         return pd.DataFrame(columns=list(COLUMNS.values()))
     ok = runs[runs["status"] == "ok"].assign(peak=runs["peak_memory_mib"])
     medians = ok.groupby(KEYS)[["minutes", *METRICS]].median()
-    points = (
-        runs.groupby(KEYS)
-        .agg(status=("status", lambda s: ", ".join(dict.fromkeys(s))),
-             repeats=("status", "size"), data=("data", lambda s: ", ".join(dict.fromkeys(s))))
-        .join(medians).join(ok.groupby(KEYS)["peak"].max()).reset_index()
-    )  # fmt: skip
+    points = runs.groupby(KEYS).agg(
+        status=("status", joined), repeats=("status", "size"), data=("data", joined)
+    )
+    points = points.join(medians).join(ok.groupby(KEYS)["peak"].max()).reset_index()
     base = points[points["devices"] == 1].set_index("system")["minutes"]
     speedup = points["system"].map(base) / points["minutes"]
     points = points.assign(
-        images_trained=points["images_processed"], speedup=speedup,
-        efficiency=speedup / points["devices"], gflop=points["flops_per_image"] / 1e9,
+        images_trained=points["images_processed"],
+        speedup=speedup,
+        efficiency=speedup / points["devices"],
+        gflop=points["flops_per_image"] / 1e9,
         gflops=points["achieved_flops_per_s"] / 1e9,
-    )  # fmt: skip
+    )
     counts = {"images trained": "Int64", "parameters": "Int64"}
     return points[list(COLUMNS)].rename(columns=COLUMNS).round(3).astype(counts)
 
@@ -87,36 +92,29 @@ def published() -> pd.DataFrame:
 
 
 def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
-    """Top: the published minutes, linear and log-log, as the paper draws them; bottom: the
-    speed-up and the scaling efficiency, theirs and ours (median, bars min-max) with ideal."""
+    """The published minutes (linear, log-log); speed-up and efficiency, theirs and ours."""
     ok = runs[runs["status"] == "ok"].dropna(subset=["speedup"])
     ok = ok.assign(who="ours: " + ok["system"], efficiency=ok["speedup"] / ok["devices"])
-    ours = dict(zip(dict.fromkeys(ok["who"]), ["black", *sns.color_palette("Dark2")],
-                    strict=False))  # fmt: skip
+    ours = dict(zip(dict.fromkeys(ok["who"]), ["black", *sns.color_palette("Dark2")], strict=False))
+    lines = {"hue": "who", "palette": ours, "marker": "s", "err_style": "bars", "linewidth": 2.5}
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     ticks = sorted({*paper["devices"], *runs["devices"]})
-    # (y, log x, log y, label): the paper's two panels of minutes, then speed-up, efficiency
-    panels = [("minutes", False, False, "minutes (published)"),
-              ("minutes", True, True, "minutes (published, log-log)"),
-              ("speedup", True, True, "speed-up T1 / TN"),
-              ("efficiency", True, False, "scaling efficiency (speed-up / devices)")]  # fmt: skip
-    for ax, (y, logx, logy, label) in zip(axes.flat, panels, strict=True):
+    labels = [str(t) for t in ticks]
+    for ax, (y, logx, logy, label) in zip(axes.flat, PANELS, strict=True):
         if y == "speedup":
             ax.plot([1, ticks[-1]], [1, ticks[-1]], "k:", label="ideal")
         elif y == "efficiency":
             ax.axhline(1, c="k", ls=":", label="ideal")
         sns.lineplot(data=paper, x="devices", y=y, hue="device", marker="o", ax=ax)
         if y != "minutes" and not ok.empty:
-            sns.lineplot(data=ok, x="devices", y=y, hue="who", palette=ours, marker="s",
-                         estimator="median", errorbar=("pi", 100), err_style="bars",
-                         linewidth=2.5, ax=ax)  # fmt: skip
+            sns.lineplot(data=ok, x="devices", y=y, ax=ax, **lines, **SPREAD)
         if logx:
             ax.set_xscale("log", base=2)
-            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.set_xticks(ticks, labels)
         if logy:
             ax.set_yscale("log", base=2 if y == "speedup" else 10)
         if y == "speedup":
-            ax.set_yticks(ticks, [str(t) for t in ticks])
+            ax.set_yticks(ticks, labels)
         ax.set(xlabel="devices", ylabel=label)
         ax.legend(fontsize=7)
     axes[0, 0].set_title("SR3 training time for fixed work (published)")
@@ -125,8 +123,7 @@ def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
 
 
 def samples_figure(run: pd.Series, rows: int = 4) -> plt.Figure:
-    """Rows of held-out images from the run's samples npz, columns as TITLES; the PSNR of SR3
-    and bicubic per image (range 2: images in [-1, 1], as the stage scores them)."""
+    """Held-out images of the run, PSNR per image (range 2: images in [-1, 1], as scored)."""
     with np.load(run["samples"]) as npz:
         images = {k: npz[k][:rows, 0] for k in PANEL}
     count = len(images["hr"])
@@ -139,40 +136,41 @@ def samples_figure(run: pd.Series, rows: int = 4) -> plt.Figure:
             if key in ("sr", "bicubic"):
                 title += f": {10 * np.log10(4 / np.mean((image - truth) ** 2)):.1f} dB"
             ax.set_title(title, fontsize=9)
-    fig.suptitle(
-        f"{run['system']}, {run['devices']} device(s), repeat {run['repeat']}: mean over "
-        f"{run['images']:.0f} images, PSNR/SSIM SR {run['psnr_sr']:.2f} dB/{run['ssim_sr']:.3f}, "
-        f"bicubic {run['psnr_bicubic']:.2f} dB/{run['ssim_bicubic']:.3f}", fontsize=9,
-    )  # fmt: skip
+    sr = f"PSNR/SSIM SR {run['psnr_sr']:.2f} dB/{run['ssim_sr']:.3f}"
+    bicubic = f"bicubic {run['psnr_bicubic']:.2f} dB/{run['ssim_bicubic']:.3f}"
+    point = f"{run['system']}, {run['devices']} device(s), repeat {run['repeat']}"
+    fig.suptitle(f"{point}: mean over {run['images']:.0f} images, {sr}, {bicubic}", fontsize=9)
     return fig
 
 
 def note(runs: pd.DataFrame) -> str:
     """What our numbers are, so no one reads our minutes against the paper's."""
-    size = runs["parameters"].max()
-    parts = [f"Ours: SR3 with {size / 1e6:.2f} M parameters on "
-             f"{', '.join(runs['system'].unique())}; the paper's UNet is far larger and "
-             "trained on accelerators, so our minutes are not theirs: ours appear only "
-             "normalised to our own single-device time."]  # fmt: skip
+    parts = [
+        f"Ours: SR3 with {runs['parameters'].max() / 1e6:.2f} M parameters on "
+        f"{joined(runs['system'])}; the paper's UNet is far larger and "
+        "trained on accelerators, so our minutes are not theirs: ours appear only "
+        "normalised to our own single-device time."
+    ]
     if runs["device"].eq("cpu").any():
         parts.append("A device is a CPU process (gloo), not an accelerator.")
     if runs["data"].eq("stand-in").any():
-        parts.append("The data is a stand-in (a Gaussian random field with a dust-like power "
-                     "spectrum), not PySM maps.")  # fmt: skip
+        parts.append(
+            "The data is a stand-in (a Gaussian random field with a dust-like power "
+            "spectrum), not PySM maps."
+        )
     return " ".join(parts)
 
 
 def write_figures(runs: pd.DataFrame, folder: Path) -> None:
-    """Fig. 3 and the image panel, or placeholders saying why (the rule declares both); a
-    samples npz is empty where its point did not run."""
+    """Fig. 3 and the samples, or placeholders saying why (the rule declares both)."""
     if runs.empty:
         for name in FIGURES:
             placeholder(folder / name, "no diffusion records in this study")
         return
-    _save(fig3(runs, published()), folder / FIGURES[0])
+    save(fig3(runs, published()), folder / FIGURES[0])
     sampled = runs["samples"].map(lambda p: p.is_file() and p.stat().st_size > 0)
     found = runs[(runs["status"] == "ok") & sampled]
     if found.empty:
         placeholder(folder / FIGURES[1], "no SR3 samples: no point ran")
     else:
-        _save(samples_figure(found.iloc[0]), folder / FIGURES[1])
+        save(samples_figure(found.iloc[0]), folder / FIGURES[1])

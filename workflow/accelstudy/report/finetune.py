@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from accelstudy.report.figures import _save, placeholder
+from accelstudy.report.collect import joined
+from accelstudy.report.figures import SPREAD, draw
 
 STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ("fused", "eager")
@@ -18,19 +19,17 @@ HOLES = {"does-not-fit": "does not fit", "predicted-does-not-fit": "predicted no
 KEYS = ["system", "model", "strategy", "attention", "cards"]
 ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
 # metric columns the tables read; absent from the collected records where no point ran
-METRICS = ("metric_samples_per_s", "metric_final_loss", "metric_peak_memory_bytes",
-           "metric_predicted_total", "metric_predicted_model_states",
-           "metric_predicted_parameters")  # fmt: skip
+PREDICTED = ["predicted_total", "predicted_model_states", "predicted_parameters"]
+METRICS = ["samples_per_s", "final_loss", "peak_memory_bytes", *PREDICTED]
 WORK = 1000  # samples: the fixed amount of work whose time Fig. 2a shows
 FIGURES = ("finetune_scaling.png", "finetune_strategies.png")
-COLUMNS = {
-    **{key: key for key in KEYS}, "status": "status", "repeats": "repeats", "tps": "tokens/s",
-    "spread": "tokens/s min-max", "sps": "samples/s", "speedup": "speed-up",
-    "efficiency": "scaling efficiency", "loss": "final loss", "peak": "peak GiB (max rank)",
-    "predicted": "predicted GiB", "peak_ratio": "peak / predicted",
-    "planned": "model states MiB (planner)", "states": "model states MiB (rank 0)",
-    "states_ratio": "rank 0 / planner",
-}  # fmt: skip
+# the table's columns, in groups: the point, its speed, what training gave, peak, model states
+POINT = {k: k for k in [*KEYS, "status", "repeats"]}
+SPEED = {"tps": "tokens/s", "spread": "tokens/s min-max", "sps": "samples/s"}
+RESULT = {"speedup": "speed-up", "efficiency": "scaling efficiency", "loss": "final loss"}
+PEAK = {"peak": "peak GiB (max rank)", "predicted": "predicted GiB", "ratio": "peak / predicted"}
+STATES = {"planned": "model states MiB (planner)", "states": "model states MiB (rank 0)"}
+COLUMNS = {**POINT, **SPEED, **RESULT, **PEAK, **STATES, "states_ratio": "rank 0 / planner"}
 # STUDY.md, Part 2, "Findings" (Gaudi1/2/3, optimum-habana, LoRA r64, bf16)
 PAPER = {
     "scaling (DDP)": "DDP scales nearly linearly with cards.",
@@ -40,6 +39,13 @@ PAPER = {
     "did not fit": "Gaudi1 (32 GB) fits only the 8B; the 70B needs ZeRO-3 or FSDP and at "
     "least 4 Gaudi2 cards.",
     "systems": "Gaudi2 is 2.5-3x faster than Gaudi1; Gaudi3 is 1.8-2x faster than Gaudi2.",
+}
+# ours beside them: what a point says (format_map of its row), joined by "; "
+SAY = {
+    "scaling": "{place}, {attention}: {speedup:.2f}x on {n} against {cards_base:.0f} "
+    "(efficiency {efficiency:.0%})",
+    "fastest": "{place}, {n}: {strategy}",
+    "hole": "{place}, {strategy} {attention}, {n}: {why}",
 }
 FIGURE_NOTE = (
     "Median over repeats, error bars min-max; an x at the bottom marks a point that did not "
@@ -60,48 +66,49 @@ def _rank(column: pd.Series) -> pd.Series:
 
 
 def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
-    """A row per fine-tuning record (a repeat), strategies by the paper's names, with the
-    seconds a fixed amount of work takes."""
+    """A row per fine-tuning record, strategies by the paper's names, seconds for WORK."""
     runs = records[records["stage"] == "finetune"]
-    runs = runs.assign(**{c: runs.get(c, float("nan")) for c in METRICS})
-    runs = runs.assign(
-        cards=runs["cards"].astype(int),
-        strategy=runs["strategy"].map(lambda s: STRATEGIES.get(s, s)),
-        seconds=WORK / runs["metric_samples_per_s"],
-    )
+    runs = runs.assign(**{f"metric_{m}": runs.get(f"metric_{m}", float("nan")) for m in METRICS})
+    strategy = runs["strategy"].map(lambda s: STRATEGIES.get(s, s))
+    seconds = WORK / runs["metric_samples_per_s"]
+    runs = runs.assign(cards=runs["cards"].astype(int), strategy=strategy, seconds=seconds)
     return runs.sort_values(KEYS, key=_rank, kind="stable").reset_index(drop=True)
 
 
 def finetune_points(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per point: medians over the repeats that ran ok (NaN where none did), the
-    speed-up against the point's smallest card count that ran, and planned vs measured."""
-    ok = (
-        runs[runs["status"] == "ok"]
-        .groupby(KEYS)
-        .agg(tps=("tokens_per_s", "median"), low=("tokens_per_s", "min"),
-             high=("tokens_per_s", "max"), sps=("metric_samples_per_s", "median"),
-             loss=("metric_final_loss", "median"), peak=("metric_peak_memory_bytes", "max"),
-             states=("model_states_rank0", "median"))
-    )  # fmt: skip
-    points = (
-        runs.groupby(KEYS, sort=False)
-        .agg(status=("status", lambda s: ", ".join(dict.fromkeys(s))),
-             repeats=("status", "size"), predicted=("metric_predicted_total", "first"),
-             planned=("metric_predicted_model_states", "first"))
-        .join(ok)
-        .reset_index()
-    )  # fmt: skip
+    """A row per point: medians of the ok repeats, speed-up, planned vs measured memory."""
+    ok = runs[runs["status"] == "ok"].groupby(KEYS)
+    ok = ok.agg(
+        tps=("tokens_per_s", "median"),
+        low=("tokens_per_s", "min"),
+        high=("tokens_per_s", "max"),
+        sps=("metric_samples_per_s", "median"),
+        loss=("metric_final_loss", "median"),
+        peak=("metric_peak_memory_bytes", "max"),
+        states=("model_states_rank0", "median"),
+    )
+    points = runs.groupby(KEYS, sort=False).agg(
+        status=("status", joined),
+        repeats=("status", "size"),
+        predicted=("metric_predicted_total", "first"),
+        planned=("metric_predicted_model_states", "first"),
+    )
+    points = points.join(ok).reset_index()
     base = points.dropna(subset=["tps"]).groupby(KEYS[:4], sort=False)[["cards", "tps"]].first()
     points = points.join(base.add_suffix("_base"), on=KEYS[:4])
     speedup = points["tps"] / points["tps_base"]
+    spread = zip(points["low"], points["high"], strict=True)
     return points.assign(
-        spread=[f"{a:.1f}-{b:.1f}" if pd.notna(a) else "-"
-                for a, b in zip(points["low"], points["high"], strict=True)],
-        speedup=speedup, efficiency=speedup / (points["cards"] / points["cards_base"]),
-        peak=points["peak"] / 2**30, predicted=points["predicted"] / 2**30,
-        peak_ratio=points["peak"] / points["predicted"], planned=points["planned"] / 2**20,
-        states=points["states"] / 2**20, states_ratio=points["states"] / points["planned"],
-    )  # fmt: skip
+        spread=[f"{a:.1f}-{b:.1f}" if pd.notna(a) else "-" for a, b in spread],
+        speedup=speedup,
+        efficiency=speedup / (points["cards"] / points["cards_base"]),
+        peak=points["peak"] / 2**30,
+        predicted=points["predicted"] / 2**30,
+        ratio=points["peak"] / points["predicted"],
+        planned=points["planned"] / 2**20,
+        states=points["states"] / 2**20,
+        states_ratio=points["states"] / points["planned"],
+    )
 
 
 def finetune_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -109,8 +116,8 @@ def finetune_table(points: pd.DataFrame) -> pd.DataFrame:
     return points[list(COLUMNS)].rename(columns=COLUMNS).round(3)
 
 
-def _where(r: pd.Series) -> str:
-    return f"{r['model']} on {r['system']}"
+def _say(template: str, rows: pd.DataFrame) -> str:
+    return "; ".join(template.format_map(r) for _, r in rows.iterrows())
 
 
 def _cards(n: float) -> str:
@@ -121,49 +128,47 @@ def findings(points: pd.DataFrame) -> pd.DataFrame:
     """The paper's findings, each beside ours from the points (empty: no fine-tuning)."""
     if points.empty:
         return pd.DataFrame()
+    place, why = points["model"] + " on " + points["system"], points["status"].replace(HOLES)
+    points = points.assign(place=place, n=points["cards"].map(_cards), why=why)
     ran = points.dropna(subset=["tps"])
     ddp = ran[(ran["strategy"] == "DDP") & (ran["cards"] > ran["cards_base"])]
     ddp = ddp[ddp["cards"] == ddp.groupby(KEYS[:4])["cards"].transform("max")]
-    scaling = "; ".join(
-        f"{_where(r)}, {r['attention']}: {r['speedup']:.2f}x on {_cards(r['cards'])} against "
-        f"{r['cards_base']:.0f} (efficiency {r['efficiency']:.0%})" for _, r in ddp.iterrows()
-    )  # fmt: skip
-    pairs = ran.pivot_table(index=["system", "model", "strategy", "cards"], columns="attention",
-                            values="tps").reindex(columns=list(ATTENTIONS))  # fmt: skip
+    pairs = ran.pivot_table("tps", ["system", "model", "strategy", "cards"], "attention")
+    pairs = pairs.reindex(columns=list(ATTENTIONS))
     gain = (pairs["fused"] / pairs["eager"] - 1).dropna()
+    spread = f"median of {len(gain)} points, {gain.min():+.0%} to {gain.max():+.0%}"
+    attention = f"fused {gain.median():+.0%} against eager ({spread})"
     best = ran.loc[ran.groupby(["system", "model", "cards"])["tps"].idxmax()]
-    holes = points[points["tps"].isna()]
-    wide = ran.pivot_table(index=KEYS[1:], columns="system", values="tps")
+    wide = ran.pivot_table("tps", KEYS[1:], "system")
     first = wide.columns[0] if len(wide.columns) else "-"
+    ratios = {s: (wide[s] / wide[first]).median() for s in wide.columns[1:]}
+    systems = [f"{s}: {r:.2f}x {first} (median over points both ran)" for s, r in ratios.items()]
     ours = [
-        scaling or "no DDP point to set against a smaller card count",
-        f"fused {gain.median():+.0%} against eager (median of {len(gain)} points, "
-        f"{gain.min():+.0%} to {gain.max():+.0%})" if len(gain) else "not both measured",
-        "; ".join(f"{_where(r)}, {_cards(r['cards'])}: {r['strategy']}"
-                  for _, r in best.sort_values(["system", "model", "cards"]).iterrows())
-        or "no point ran",
-        "; ".join(f"{_where(r)}, {r['strategy']} {r['attention']}, {_cards(r['cards'])}: "
-                  f"{HOLES.get(r['status'], r['status'])}" for _, r in holes.iterrows())
-        or "every point ran",
-        "; ".join(f"{s}: {(wide[s] / wide[first]).median():.2f}x {first} (median over points "
-                  "both ran)" for s in wide.columns[1:])
-        or f"one system in this study ({', '.join(points['system'].unique())})",
-    ]  # fmt: skip
-    return pd.DataFrame({"finding": list(PAPER), "paper (Gaudi)": list(PAPER.values()),
-                         "ours": ours})  # fmt: skip
+        _say(SAY["scaling"], ddp) or "no DDP point to set against a smaller card count",
+        attention if len(gain) else "not both measured",
+        _say(SAY["fastest"], best.sort_values(["system", "model", "cards"])) or "no point ran",
+        _say(SAY["hole"], points[points["tps"].isna()]) or "every point ran",
+        "; ".join(systems) or f"one system in this study ({joined(points['system'])})",
+    ]
+    paper = {"finding": list(PAPER), "paper (Gaudi)": list(PAPER.values())}
+    return pd.DataFrame({**paper, "ours": ours})
 
 
 def note(runs: pd.DataFrame) -> str:
     """What our numbers are, so no one reads them against the paper's in absolute terms."""
-    parts = [f"Ours: {', '.join(runs['model'].unique())} on {', '.join(runs['system'].unique())}."]
+    parts = [f"Ours: {joined(runs['model'])} on {joined(runs['system'])}."]
     if runs["device"].eq("cpu").any():
         parts.append("A card is a CPU process (gloo), not an accelerator.")
     if runs["data"].eq("stand-in").any():
-        parts.append("The training data is a stand-in (real text in the instruction/output "
-                     "shape), not the authors' psychology set.")  # fmt: skip
-    parts.append("The paper fine-tuned Llama-3.1-8B, Gemma-2-27B and Llama-3.3-70B on "
-                 "Gaudi1/2/3: compare trends (scaling, the order of strategies, what fits), "
-                 "not absolute numbers.")  # fmt: skip
+        parts.append(
+            "The training data is a stand-in (real text in the instruction/output "
+            "shape), not the authors' psychology set."
+        )
+    parts.append(
+        "The paper fine-tuned Llama-3.1-8B, Gemma-2-27B and Llama-3.3-70B on "
+        "Gaudi1/2/3: compare trends (scaling, the order of strategies, what fits), "
+        "not absolute numbers."
+    )
     return " ".join(parts)
 
 
@@ -172,21 +177,22 @@ def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
     return dict(zip(dict.fromkeys(runs["strategy"]), sns.color_palette("tab10"), strict=False))
 
 
-def mark_holes(ax: plt.Axes, holes: pd.DataFrame, xs: Sequence[float],
-               palette: dict[str, tuple], vertical: bool = False) -> None:  # fmt: skip
-    """An x at the panel's bottom (at xs, once the x limits are set) per point that did not run,
-    labelled why: upright in an empty bar slot, else stacked inwards."""
+def mark_holes(
+    ax: plt.Axes, holes: pd.DataFrame, xs: Sequence[float], palette: dict, vertical: bool = False
+) -> None:
+    """An x at the bottom per point that did not run, labelled why (upright in a bar slot)."""
     bottom, (left, right) = ax.get_xaxis_transform(), ax.get_xlim()
+    at_bottom = {"transform": bottom, "clip_on": False, "zorder": 5}
+    label = {"xycoords": bottom, "textcoords": "offset points", "fontsize": 7}
     for k, ((_, r), at) in enumerate(zip(holes.iterrows(), xs, strict=True)):
-        ax.scatter([at], [0.02], marker="x", s=60, color=palette[r["strategy"]],
-                   transform=bottom, clip_on=False, zorder=5)  # fmt: skip
+        colour = palette[r["strategy"]]
+        ax.scatter([at], [0.02], marker="x", s=60, color=colour, **at_bottom)
         side = -1 if (at - left) / (right - left) > 0.6 else 1
-        ax.annotate(f"{r['strategy']} {r['attention']}: {HOLES.get(r['status'], r['status'])}",
-                    (at, 0.02), xycoords=bottom, textcoords="offset points", fontsize=7,
-                    color=palette[r["strategy"]],
-                    xytext=(0, 8) if vertical else (5 * side, 4 + 10 * k),
-                    rotation=90 if vertical else 0,
-                    ha="center" if vertical else "left" if side > 0 else "right")  # fmt: skip
+        ha = "center" if vertical else "left" if side > 0 else "right"
+        offset = (0, 8) if vertical else (5 * side, 4 + 10 * k)
+        text = f"{r['strategy']} {r['attention']}: {HOLES.get(r['status'], r['status'])}"
+        turn = 90 if vertical else 0
+        ax.annotate(text, (at, 0.02), xytext=offset, color=colour, rotation=turn, ha=ha, **label)
 
 
 def _one_legend(fig: plt.Figure, beside: plt.Axes) -> None:
@@ -197,8 +203,9 @@ def _one_legend(fig: plt.Figure, beside: plt.Axes) -> None:
         title = found[0].get_legend().get_title().get_text()
         for ax in found:
             ax.get_legend().remove()
-        beside.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.02, 1),
-                      fontsize=8)  # fmt: skip
+        beside.legend(
+            handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8
+        )
 
 
 def _panel(frame: pd.DataFrame, system: str, model: str) -> pd.DataFrame:
@@ -206,8 +213,7 @@ def _panel(frame: pd.DataFrame, system: str, model: str) -> pd.DataFrame:
 
 
 def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
-    """Tokens/s (top) and seconds per 1,000 samples (bottom) against cards, a column per
-    (system, model); colour: strategy, line style: attention; median, bars min-max."""
+    """Tokens/s and seconds per WORK samples against cards, a column per (system, model)."""
     panels = list(dict.fromkeys(zip(runs["system"], runs["model"], strict=True)))
     palette = _palette(runs)
     fig, axes = plt.subplots(2, len(panels), squeeze=False, figsize=(5.5 * len(panels), 8))
@@ -217,28 +223,30 @@ def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
         labels = ("tokens / s", f"seconds per {WORK:,} samples")
         for ax, y, label in zip(column, ("tokens_per_s", "seconds"), labels, strict=True):
             if not ok.empty:
-                sns.lineplot(data=ok, x="cards", y=y, hue="strategy", style="attention",
-                             palette=palette, estimator="median", errorbar=("pi", 100),
-                             err_style="bars", markers=True, ax=ax)  # fmt: skip
+                lines = {
+                    "hue": "strategy",
+                    "style": "attention",
+                    "markers": True,
+                    "err_style": "bars",
+                }
+                sns.lineplot(ok, x="cards", y=y, palette=palette, ax=ax, **lines, **SPREAD)
             cards = sorted(part["cards"].unique())
             pad = max(0.5, 0.06 * (cards[-1] - cards[0]))
-            ax.set(xlabel="cards", ylabel=label, title=f"{model} on {system}", xticks=cards,
-                   xlim=(cards[0] - pad, cards[-1] + pad), ylim=(0, None))  # fmt: skip
+            ax.set(xlabel="cards", ylabel=label, title=f"{model} on {system}", xticks=cards)
+            ax.set(xlim=(cards[0] - pad, cards[-1] + pad), ylim=(0, None))
             mark_holes(ax, holes, holes["cards"].tolist(), palette)
     _one_legend(fig, axes[0, -1])
     return fig
 
 
 def largest_model(runs: pd.DataFrame) -> str:
-    """The model with the most parameter bytes as planned (a DDP card holds them all, a sharded
-    one 1/cards); the first where none was planned."""
+    """The model with the most planned parameter bytes (sharded: times the cards)."""
     whole = runs["metric_predicted_parameters"] * runs["cards"].where(runs["strategy"] != "DDP", 1)
     return runs.loc[whole.fillna(0).idxmax(), "model"]
 
 
 def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
-    """DDP vs ZeRO-3 vs FSDP for the largest model at each card count (fused attention where
-    it ran): grouped bars of tokens/s, median and min-max, a panel per system."""
+    """DDP vs ZeRO-3 vs FSDP for the largest model: grouped bars of tokens/s per system."""
     model = largest_model(runs)
     part = runs[runs["model"] == model]
     attention = "fused" if part["attention"].eq("fused").any() else part["attention"].iloc[0]
@@ -250,16 +258,15 @@ def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
         cards, strategies = sorted(mine["cards"].unique()), list(dict.fromkeys(mine["strategy"]))
         ok, holes = mine[mine["status"] == "ok"], _panel(points, system, model)
         if not ok.empty:
-            sns.barplot(data=ok, x="cards", y="tokens_per_s", hue="strategy", order=cards,
-                        hue_order=strategies, palette=palette, estimator="median",
-                        errorbar=("pi", 100), ax=ax)  # fmt: skip
+            bars = {"hue": "strategy", "order": cards, "hue_order": strategies, "palette": palette}
+            sns.barplot(ok, x="cards", y="tokens_per_s", ax=ax, **bars, **SPREAD)
         ax.set_xticks(range(len(cards)), cards)
-        ax.set(xlim=(-0.5, len(cards) - 0.5), xlabel="cards", ylabel="tokens / s",
-               title=f"{model} on {system}, {attention} attention")  # fmt: skip
+        ax.set(xlim=(-0.5, len(cards) - 0.5), xlabel="cards", ylabel="tokens / s")
+        ax.set_title(f"{model} on {system}, {attention} attention")
         width = 0.8 / len(strategies)  # seaborn's dodge: the bars share 0.8 of a slot
         holes = holes[(holes["attention"] == attention) & holes["tps"].isna()]
-        xs = [cards.index(c) - 0.4 + width * (strategies.index(s) + 0.5)
-              for c, s in zip(holes["cards"], holes["strategy"], strict=True)]  # fmt: skip
+        slots = zip(holes["cards"], holes["strategy"], strict=True)
+        xs = [cards.index(c) - 0.4 + width * (strategies.index(s) + 0.5) for c, s in slots]
         mark_holes(ax, holes, xs, palette, vertical=True)
     _one_legend(fig, axes[0, -1])
     return fig
@@ -267,8 +274,6 @@ def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
 
 def write_figures(runs: pd.DataFrame, points: pd.DataFrame, folder: Path) -> None:
     """Fig. 2a and 2b, or placeholders saying why (the rule declares them in every study)."""
-    for name, draw in zip(FIGURES, (fig2a, fig2b), strict=True):
-        if runs.empty:
-            placeholder(folder / name, "no fine-tuning records in this study")
-        else:
-            _save(draw(runs, points), folder / name)
+    why_not = "no fine-tuning records in this study" if runs.empty else ""
+    for name, make in zip(FIGURES, (fig2a, fig2b), strict=True):
+        draw(folder / name, why_not, make, runs, points)

@@ -13,7 +13,19 @@ RECIPE_LABELS = {"fake": "simulated", "nvidia": "FP16/INT8", "fp8": "BF16/FP8", 
 PUBLISHED_REAL = {"bf16-fp8": "BF16/FP8", "fp16-int8": "FP16/INT8"}
 # BoolQ under the authors' protocol: the Gaudi scripts break ties "no", the A100 ones "yes"
 TIE_RULES = {"Gaudi2": "no", "A100": "yes"}
+TIED_TASKS = {"boolq"}
+# STUDY.md: these runs gave the leftover layer to the first groups (8/7/7), all others to the last
+SPLITS_8_7_7 = {("Gaudi2", "hellaswag"), ("Gaudi2", "boolq")}
 COMPRESSION = "compression ×"
+NAN = float("nan")
+THEIRS = "published TinyLlama-1.1B FP32"
+BASELINE = ["model", "task", "protocol", "data", "metric", "ours", THEIRS, "tokens/s", "peak MiB"]
+LONG = ["task", "system", "metric", "column", "value", "compression"]  # the published Table 1
+PUBLISHED_PANEL = "published: TinyLlama-1.1B (WikiText-2, HellaSwag, BoolQ)"
+TRADEOFF = ["panel", "task", "metric", "compression", "value", "bit list", "recipe / system"]
+# our columns and the published ones under the TRADEOFF names
+OURS = {"metric_compression_ratio": "compression", "bits": "bit list", "recipe": "recipe / system"}
+PUBLISHED = {"column": "bit list", "system": "recipe / system"}
 
 
 def bits_label(bits: Iterable[int]) -> str:
@@ -37,47 +49,43 @@ def display(metric: str, value: float) -> float:
 
 
 def metric_rows(record: pd.Series) -> list[tuple[str, float, str | None]]:
-    """(label, shown value, published system it sits beside; None: all) per number of a
-    record. BoolQ paper records carry both tie rules, each beside the system that used it."""
+    """(label, shown value, the published system beside it; None: all) per record number."""
     ties = {s: record.get(f"metric_acc_ties_{rule}") for s, rule in TIE_RULES.items()}
     if all(pd.notna(v) for v in ties.values()):
-        return [(metric_label("accuracy", TIE_RULES[s]), display("accuracy", v), s)
-                for s, v in ties.items()]  # fmt: skip
+        return [
+            (metric_label("accuracy", TIE_RULES[s]), display("accuracy", v), s)
+            for s, v in ties.items()
+        ]
     return [(metric_label(record["metric"]), display(record["metric"], record["value"]), None)]
 
 
 def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, task, protocol, data, metric): our FP32 number and the published."""
-    ours = records[records["stage"] == "baseline"]
     pub = published[published["table"] == "baseline"]
     rows = []
-    for _, r in ours.iterrows():
+    for _, r in records[records["stage"] == "baseline"].iterrows():
         match = pub[(pub["task"] == r["task"]) & (pub["protocol"] == r["protocol"])]
         for label, value, system in metric_rows(r):
             shown = match if system is None else match[match["system"] == system]
-            published = zip(shown["value"], shown["system"], shown["split"], strict=True)
-            rows.append({
-                "model": r["model"], "task": r["task"], "protocol": r["protocol"],
-                "data": r["data"], "metric": label, "ours": value,
-                "published TinyLlama-1.1B FP32":
-                    "; ".join(f"{v:g} ({s}, {split})" for v, s, split in published) or "-",
-                "tokens/s": round(r["tokens_per_s"], 1), "peak MiB": r["peak_memory_mib"],
-                "device": r["device"],
-            })  # fmt: skip
+            theirs = zip(shown["value"], shown["system"], shown["split"], strict=True)
+            text = "; ".join(f"{v:g} ({s}, {split})" for v, s, split in theirs) or "-"
+            numbers = [label, value, text, round(r["tokens_per_s"], 1), r["peak_memory_mib"]]
+            rows.append([*r[BASELINE[:4]], *numbers, r["device"]])
     if not rows:
         return pd.DataFrame()
-    return pd.DataFrame(rows).sort_values(["model", "task", "protocol"]).reset_index(drop=True)
+    table = pd.DataFrame(rows, columns=[*BASELINE, "device"])
+    return table.sort_values(BASELINE[:3]).reset_index(drop=True)
 
 
 def _wide(long: list[dict], index: list[str], columns: Sequence[str]) -> pd.DataFrame:
-    """Long (index..., column, value) rows -> a row per index in order of appearance, the
-    columns that occur in the given order."""
+    """Long rows -> a row per index (in order), the given columns; no columns name."""
     if not long:
         return pd.DataFrame()
     frame = pd.DataFrame(long)
     rows = pd.MultiIndex.from_frame(frame[index].drop_duplicates())
     wide = frame.pivot_table(index=index, columns="column", values="value", aggfunc="first")
-    return wide.reindex(index=rows, columns=[c for c in columns if c in wide.columns]).reset_index()
+    wide = wide.reindex(index=rows, columns=[c for c in columns if c in wide.columns])
+    return wide.rename_axis(columns=None).reset_index()
 
 
 def _fp32(records: pd.DataFrame) -> pd.DataFrame:
@@ -96,8 +104,7 @@ def _quantized(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame:
-    """Table 1, ours: a row per (model, data, task, metric) and a compression row; columns
-    FP32, each bit list (simulated), then each real recipe per bit list."""
+    """Table 1, ours: a row per (model, data, task, metric) and a compression row."""
     quantized = _quantized(records)
     order = bit_order([*bit_lists, *quantized["bits"]])
     real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
@@ -106,42 +113,33 @@ def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame
     long = []
     for (model, data, task), group in quantized.groupby(["model", "data", "task"]):
         key = {"model": model, "data": data, "task": task}
-        base = fp32[(fp32["model"] == model) & (fp32["task"] == task)]
-        both = pd.concat([base, group])
+        both = pd.concat([fp32[(fp32["model"] == model) & (fp32["task"] == task)], group])
         for _, r in both.iterrows():
-            long += [{**key, "metric": label, "column": r["column"], "value": value}
-                     for label, value, _ in metric_rows(r)]  # fmt: skip
+            for label, value, _ in metric_rows(r):
+                long.append({**key, "metric": label, "column": r["column"], "value": value})
         ratios = zip(both["column"], both["metric_compression_ratio"].round(3), strict=True)
         long += [{**key, "metric": COMPRESSION, "column": c, "value": v} for c, v in ratios]
     return _wide(long, ["model", "data", "task", "metric"], columns)
 
 
-def published_split(system: str, task: str) -> str:
-    """The percentile split behind a published column (STUDY.md): the Gaudi2 HellaSwag and
-    BoolQ runs gave the leftover layer to the first groups (8/7/7), all others to the last."""
-    return "percentile 8/7/7" if system == "Gaudi2" and task != "wikitext" else "percentile 7/7/8"
-
-
 def published_long(published: pd.DataFrame) -> pd.DataFrame:
-    """The published Table 1 as tidy rows (task, system, metric, column, value, compression),
-    FP32 included; BoolQ accuracies are labelled with the tie rule of their scripts."""
+    """The published Table 1 as tidy rows, FP32 included, BoolQ labelled with its tie rule."""
     table = published[published["table"] == "table1"]
     base = published[(published["table"] == "baseline") & (published["protocol"] == "paper")]
     ratios = published[published["table"] == "compression"].set_index(["system", "method"])
     rows = []
     for (task, system, split), group in table.groupby(["task", "system", "split"], sort=False):
-        fp32 = base[(base["task"] == task) & (base["split"] == split)
-                    & base["system"].isin([system, "paper"])]  # fmt: skip
-        ties = TIE_RULES[system] if task == "boolq" else None
+        fp32 = base[(base["task"] == task) & (base["split"] == split)]
+        fp32 = fp32[fp32["system"].isin([system, "paper"])]
+        ties = TIE_RULES[system] if task in TIED_TASKS else None
         metric = metric_label(group["metric"].iloc[0], ties)
         methods = ["FP32", *group["method"]]
         values = [fp32["value"].iloc[0], *group["value"]]
+        percentile = f"percentile {'8/7/7' if (system, task) in SPLITS_8_7_7 else '7/7/8'}"
         for method, value in zip(methods, values, strict=True):
-            ratio = ratios["value"].get((published_split(system, task), method), float("nan"))
-            rows.append({"task": task, "system": system, "metric": metric,
-                         "column": PUBLISHED_REAL.get(method, method), "value": value,
-                         "compression": 1.0 if method == "FP32" else ratio})  # fmt: skip
-    return pd.DataFrame(rows)
+            ratio = 1.0 if method == "FP32" else ratios["value"].get((percentile, method), NAN)
+            rows.append((task, system, metric, PUBLISHED_REAL.get(method, method), value, ratio))
+    return pd.DataFrame(rows, columns=LONG)
 
 
 def published_table1(published: pd.DataFrame) -> pd.DataFrame:
@@ -159,8 +157,7 @@ def published_table1(published: pd.DataFrame) -> pd.DataFrame:
 
 
 def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
-    """Quality against compression for every (bit list, recipe) and FP32 (compression 1):
-    ours per (model, data), then the published TinyLlama-1.1B as a panel of its own."""
+    """Quality against compression per (bit list, recipe), ours then the published."""
     quantized = _quantized(records)
     keys = quantized[["model", "task"]].drop_duplicates()
     fp32 = _fp32(records).merge(keys)
@@ -169,15 +166,9 @@ def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFr
     pub = published_long(published).dropna(subset=["compression"])
     pub = pub[pub["task"].isin(keys["task"])]
     shown = [display(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)]
-    mine = pd.DataFrame({
-        "panel": "ours: " + ours["model"] + " (" + ours["data"] + " data)", "task": ours["task"],
-        "metric": ours["metric"].map(metric_label), "compression": ours["metric_compression_ratio"],
-        "value": shown, "bit list": ours["bits"], "recipe / system": ours["recipe"],
-    })  # fmt: skip
-    theirs = pd.DataFrame({
-        "panel": "published: TinyLlama-1.1B (WikiText-2, HellaSwag, BoolQ)", "task": pub["task"],
-        "metric": pub["metric"].str.replace(r" \(ties \w+\)", "", regex=True),
-        "compression": pub["compression"], "value": pub["value"], "bit list": pub["column"],
-        "recipe / system": pub["system"],
-    })  # fmt: skip
-    return pd.concat([mine, theirs], ignore_index=True)
+    panel = "ours: " + ours["model"] + " (" + ours["data"] + " data)"
+    mine = ours.assign(panel=panel, metric=ours["metric"].map(metric_label), value=shown)
+    metric = pub["metric"].str.replace(r" \(ties \w+\)", "", regex=True)
+    theirs = pub.assign(panel=PUBLISHED_PANEL, metric=metric)
+    frames = [mine.rename(columns=OURS), theirs.rename(columns=PUBLISHED)]
+    return pd.concat([frame[TRADEOFF] for frame in frames], ignore_index=True)

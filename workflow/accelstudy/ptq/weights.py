@@ -1,11 +1,6 @@
-"""Real quantization: weights truly stored in low precision, dequantized before the matmul
-(the module swaps are plain nn.Modules, so the saved bytes are what is stored).
-- `nvidia` (the A100 path): 16-bit layers as float16; others int8 per group of 128 with
-  float16 scales (4-bit layers packed two per byte), dequantized on the fly.
-- `fp8`: BF16 for sensitive modules, FP8 (E4M3 or E5M2) for the rest: Intel Neural
-  Compressor's MEASURE then QUANTIZE flow on a Gaudi, torch float8 with per-channel scales
-  elsewhere (recorded as such).
-- `bf16`: the whole model in bfloat16 (the CPU recipe: this CPU has AMX)."""
+"""How each recipe stores a decoder Linear's weights: simulated (fake) quantize-dequantize in
+FP32, or truly low precision (plain nn.Module swaps, so the saved bytes are what is stored),
+dequantized before the matmul; FP8 on a Gaudi is Intel Neural Compressor's."""
 
 from __future__ import annotations
 
@@ -18,6 +13,52 @@ from torch import nn
 from accelstudy.ptq.prune import decoder_layers, decoder_linears, layer_linears
 
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def quantize_dequantize(
+    weight: torch.Tensor, bits: int, group_size=128, symmetric=True
+) -> torch.Tensor:
+    """Groups of `group_size` consecutive weights along the input dimension (zero-padded).
+    Symmetric: scale = max|w| / (2^(b-1) - 1), integers in [-2^(b-1), 2^(b-1) - 1].
+    Asymmetric: scale = (max - min) / (2^b - 1), zero point = round(-min / scale)."""
+    if not 2 <= bits <= 16:
+        raise ValueError(f"bits must be in 2..16, got {bits}")
+    out_features, in_features = weight.shape
+    pad = (-in_features) % group_size
+    w = F.pad(weight.float(), (0, pad)).view(out_features, -1, group_size)
+    if symmetric:
+        qmax = 2 ** (bits - 1) - 1
+        scale = w.abs().amax(-1, keepdim=True) / qmax
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+        q = torch.clamp(torch.round(w / scale), -qmax - 1, qmax)
+        deq = q * scale
+    else:
+        qmax = 2**bits - 1
+        low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
+        scale = (high - low) / qmax
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+        zero = torch.round(-low / scale)
+        q = torch.clamp(torch.round(w / scale) + zero, 0, qmax)
+        deq = (q - zero) * scale
+    return deq.view(out_features, -1)[:, :in_features].to(weight.dtype)
+
+
+@torch.no_grad()
+def fake_quantize(
+    model: nn.Module, module_bits: dict[str, int | None], group_size=128, symmetric=True
+) -> int:
+    """Quantize-dequantize each decoder Linear ('layer-07.mlp.up_proj') to its bits, in place;
+    those mapped to None, lm_head, embeddings and norms stay FP32. Returns how many changed."""
+    chosen = [(e.linear.weight, module_bits.get(e.key)) for e in decoder_linears(model)]
+    chosen = [(weight, bits) for weight, bits in chosen if bits is not None]
+    for weight, bits in chosen:
+        weight.copy_(quantize_dequantize(weight, bits, group_size, symmetric))
+    return len(chosen)
+
+
+def layer_map(layer_bits: dict[int, int], model: nn.Module) -> dict[str, int]:
+    """Expand layer -> bits to every decoder Linear of each layer."""
+    return {e.key: layer_bits[e.layer] for e in decoder_linears(model) if e.layer in layer_bits}
 
 
 class GroupQuantLinear(nn.Module):
@@ -112,31 +153,23 @@ FP8_BLOCKLIST = ["lm_head", "model.norm", "model.embed_tokens"]
 
 
 def quantize_fp8_inc(
-    load_model: Callable[[], nn.Module], fp8_modules: list[str], fp8_format: str,
-    calibrate: Callable[[nn.Module], None], stats_dir: str,
-) -> nn.Module:  # fmt: skip
-    """Intel Neural Compressor's two-pass FP8 flow on a Gaudi. MEASURE: prepare a BF16 model,
-    run `calibrate` on representative data, save the (device specific) statistics under
-    `stats_dir`. QUANTIZE: convert a fresh BF16 model with them. Only `fp8_modules` are
-    allowed; lm_head, the final norm and the embeddings are blocked, so they stay BF16."""
-    from neural_compressor.torch.quantization import (
-        FP8Config,
-        convert,
-        finalize_calibration,
-        prepare,
-    )
+    load_model: Callable, fp8_modules: list[str], fp8_format: str, calibrate: Callable, stats: str
+) -> nn.Module:
+    """Intel Neural Compressor's two-pass FP8 flow on a Gaudi. MEASURE: prepare a BF16 model
+    from `load_model()`, run `calibrate(model)` on representative data, save the (device
+    specific) statistics under `stats`. QUANTIZE: convert a fresh BF16 model with them.
+    Only `fp8_modules` are allowed; lm_head, the final norm and the embeddings are blocked."""
+    import neural_compressor.torch.quantization as inc
 
-    common = {
-        "fp8_config": "E4M3" if fp8_format == "e4m3" else "E5M2", "hp_dtype": "bf16",
-        "dump_stats_path": f"{stats_dir}/inc",
-        "allowlist": {"names": list(fp8_modules), "types": []},
-        "blocklist": {"names": FP8_BLOCKLIST, "types": []},
-    }  # fmt: skip
-    measured = prepare(load_model(), FP8Config(mode="MEASURE", observer="maxabs", **common))
+    common = dict(fp8_config=fp8_format.upper(), hp_dtype="bf16", dump_stats_path=f"{stats}/inc")
+    common["allowlist"] = {"names": list(fp8_modules), "types": []}
+    common["blocklist"] = {"names": FP8_BLOCKLIST, "types": []}
+    measured = inc.prepare(load_model(), inc.FP8Config(mode="MEASURE", observer="maxabs", **common))
     calibrate(measured)
-    finalize_calibration(measured)
+    inc.finalize_calibration(measured)
     del measured
-    return convert(load_model(), FP8Config(mode="QUANTIZE", scale_method="maxabs_hw", **common))
+    quantize = inc.FP8Config(mode="QUANTIZE", scale_method="maxabs_hw", **common)
+    return inc.convert(load_model(), quantize)
 
 
 def module_names(model: nn.Module, target: str) -> list[str]:

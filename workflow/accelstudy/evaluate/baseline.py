@@ -1,0 +1,84 @@
+"""The `baseline` stage, and the job it shares with the quantized evaluation: its flags, its
+evaluation and its record."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accelstudy import device as devices
+from accelstudy.config import config_hash
+from accelstudy.data.sources import read_prepared
+from accelstudy.evaluate import evaluate_task
+from accelstudy.models import load_prepared
+from accelstudy.records import job_record, write_record
+from accelstudy.systems import load_system
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalJob:
+    """An evaluation stage's flags: a prepared model on one task's prepared rows, recorded
+    for a study and a system (by name) at `out`. Its wall time starts when it is made."""
+
+    study: str
+    system: str
+    model_name: str
+    model_dir: Path
+    task: str
+    data: Path
+    data_source: str
+    settings: dict[str, Any]
+    limit: int | None
+    out: Path
+    device_kind: str = "auto"
+    started: float = field(init=False, repr=False, default_factory=time.perf_counter)
+
+    @cached_property
+    def device(self) -> devices.Device:
+        return devices.resolve(self.device_kind)
+
+    def evaluate(self, model: torch.nn.Module, tokenizer: Any, protocol: str) -> dict[str, Any]:
+        model.to(self.device.torch)
+        rows = read_prepared(self.data)
+        args = (self.task, protocol, rows, self.settings, self.device, self.limit)
+        return evaluate_task(model, tokenizer, *args)[0]
+
+    def write(
+        self, stage: str, method: str, protocol: str, parameters: dict, metrics: dict, hashed: dict
+    ) -> dict[str, Any]:
+        """Write the job's record, its config hash over `hashed`."""
+        record = job_record(
+            stage=stage,
+            study=self.study,
+            system=load_system(self.system),
+            device=self.device,
+            model=self.model_name,
+            task=self.task,
+            method=method,
+            protocol=protocol,
+            data_source=self.data_source,
+            parameters=parameters,
+            metrics=metrics,
+            config_hash=config_hash(hashed),
+            wall_s=time.perf_counter() - self.started,
+        )
+        write_record(self.out, record)
+        return record
+
+
+def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:
+    """Evaluate the unquantized model on one task and write its result record."""
+    job = EvalJob(**flags)
+    dtype = devices.DTYPES[job.settings.get("dtype", "float32")]
+    model, tokenizer = load_prepared(job.model_dir, dtype=dtype)
+    metrics = job.evaluate(model, tokenizer, protocol)
+    name = str(dtype).removeprefix("torch.")
+    parameters = {"settings": job.settings, "limit": job.limit, "dtype": name}
+    method = "fp32" if dtype == torch.float32 else name
+    hashed = {"parameters": parameters, "task": job.task, "protocol": protocol}
+    return job.write("baseline", method, protocol, parameters, metrics, hashed)

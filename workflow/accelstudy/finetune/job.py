@@ -1,0 +1,106 @@
+"""One fine-tuning point as one Snakemake job: plan its memory, launch its ranks, write its record.
+
+A point predicted not to fit is recorded unlaunched (`predicted-does-not-fit`) when the config
+asks; one whose ranks run out of memory is recorded (`does-not-fit`) and the job succeeds, so
+the sweep goes on. Any other failure fails the job with no record: a retry starts afresh."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from accelstudy import device as devices
+from accelstudy.config import config_hash
+from accelstudy.finetune.planner import load_config, plan
+from accelstudy.finetune.strategies import gaudi_env
+from accelstudy.launch import PointFailed, RanksDevice, run_ranks
+from accelstudy.points import FinetunePoint
+from accelstudy.records import job_record, write_record
+from accelstudy.systems import System, load_system
+
+log = logging.getLogger("accelstudy")
+WORKER = "accelstudy.finetune.train"
+
+
+def unsupported(point: FinetunePoint, model_dir: Path, device_kind: str) -> str | None:
+    """Why this machine cannot run the point as asked, or None."""
+    if point.strategy == "zero3" and importlib.util.find_spec("deepspeed") is None:
+        return "zero3 needs DeepSpeed, which is not installed"
+    if point.attention == "fused" and device_kind != "hpu":
+        config = AutoConfig.from_pretrained(str(model_dir))
+        model_class = AutoModelForCausalLM._model_mapping[type(config)]
+        if not getattr(model_class, "_supports_sdpa", False):
+            return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"
+    return None
+
+
+def memory_per_card(system: System, cards: int) -> float:
+    """GB a card offers; on the cpu system the ranks of a node share its RAM."""
+    if system.memory_per_card_gb is not None:
+        return float(system.memory_per_card_gb)
+    return psutil.virtual_memory().total / 1e9 / system.layout(cards)[1]
+
+
+def run(
+    *,
+    study: str,
+    system: str,
+    model_name: str,
+    model_dir: Path,
+    point: FinetunePoint,
+    data_source: str,
+    threads: int,
+    out: Path,
+    device_kind: str = "auto",
+) -> dict[str, Any]:
+    """Plan, then (unless predicted not to fit) train one point; write its record."""
+    started = time.perf_counter()
+    machine = load_system(system)
+    device = devices.resolve(device_kind)
+    # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
+    ranks_device = machine.device if device_kind == "auto" else device.kind
+    predicted = plan(load_config(model_dir), point, ranks_device)
+    budget = memory_per_card(machine, point.cards)
+    metrics: dict[str, Any] = {"predicted": predicted.as_dict(), "memory_per_card_gb": budget}
+    reason = unsupported(point, model_dir, ranks_device)
+    if reason and point.on_unsupported != "record":
+        raise PointFailed(f"{reason} (or set finetune.on_unsupported: record)")
+    if reason:
+        metrics.update(status="unsupported", error=reason)
+    elif point.skip_predicted_oom and not predicted.fits(budget):
+        metrics["status"] = "predicted-does-not-fit"
+    else:
+        args = ["--point", point.to_json(), "--model-dir", str(model_dir)]
+        gaudi = gaudi_env(point)
+        outcome = run_ranks(machine, point.cards, WORKER, args, threads, out, point.strategy, gaudi)
+        metrics.update(outcome.get("metrics", {}), status=outcome["status"])
+        if outcome.get("device", device.kind) != device.kind:  # launched from a card-less host
+            device = RanksDevice(outcome["device"], machine.label)
+        if outcome["status"] != "ok":
+            metrics["error"] = outcome.get("error", "")
+    metrics["wall_time_s"] = round(time.perf_counter() - started, 3)
+    parameters = point.as_dict()
+    record = job_record(
+        stage="finetune",
+        study=study,
+        system=machine,
+        device=device,
+        model=model_name,
+        task="instructions",
+        method=point.strategy,
+        protocol=None,
+        data_source=data_source,
+        parameters=parameters,
+        metrics=metrics,
+        config_hash=config_hash(parameters),
+        wall_s=time.perf_counter() - started,
+    )
+    write_record(out, record)
+    log.info("finetune %s: %s", out, metrics["status"])
+    return record

@@ -1,0 +1,210 @@
+"""The `quantize` stage: quantize the prepared model per an assignment with one recipe, then
+evaluate it under the paper's protocol and record the result with its compression: the
+paper's ratio over the quantized Linear weights, and the measured bytes of the model."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from transformers import AutoTokenizer
+
+from accelstudy.data.sources import read_prepared
+from accelstudy.evaluate.baseline import EvalJob
+from accelstudy.models import load_prepared
+from accelstudy.ptq import RecipeDeviceError, SensitivityTableError, weights
+from accelstudy.ptq.prune import decoder_layers, decoder_linears
+from accelstudy.ptq.sensitivity import build_calibration
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantJob(EvalJob):
+    """The `quantize` stage's flags: the evaluation job's, the assignment, and the recipe
+    with its options."""
+
+    recipe: str
+    assignment: Path
+    group_size: int = 128
+    symmetric: bool = True
+    calibration: Path | None = None  # the calibration split, for the FP8 MEASURE pass
+    fp8_format: str = "e4m3"
+    fp8_without_hpu: str = "standin"
+
+
+def paper_ratio(shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_size=128) -> float:
+    """FP32 bits / (b x n + 16 x n_groups) summed over the quantized Linear weights: a weight
+    (out, in) has n = out x in values and out x ceil(in / group) groups, each a 16-bit scale."""
+    fp32 = quantized = 0
+    for (out_features, in_features), bits in shapes_and_bits:
+        n = out_features * in_features
+        groups = out_features * math.ceil(in_features / group_size)
+        fp32 += 32 * n
+        quantized += bits * n + 16 * groups
+    return fp32 / quantized
+
+
+def saved_bytes(model: nn.Module) -> int:
+    """Bytes of the model's state dict saved as safetensors (shared tensors counted once)."""
+    seen, tensors = set(), {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+        if tensor.numel() and key in seen:
+            continue
+        seen.add(key)
+        tensors[name] = tensor.detach().contiguous().cpu()
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.safetensors")
+        save_file(tensors, path)
+        return os.path.getsize(path)
+
+
+def linear_shapes(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """Decoder Linear key ('layer-07.mlp.up_proj') -> weight shape (out, in)."""
+    return {e.key: tuple(e.linear.weight.shape) for e in decoder_linears(model)}
+
+
+def prepared_bytes(model_dir: Path) -> int:
+    """Bytes of the prepared (FP32) model's safetensors files: the uncompressed reference."""
+    return sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))
+
+
+Bits = dict[str, int | None]  # decoder Linear -> bits; None: not assigned, kept high precision
+Stored = tuple[nn.Module, int, float, str]  # model as evaluated, bytes, paper's ratio, note
+
+
+def sizes(model: nn.Module) -> dict[str, int]:
+    return {key: rows * cols for key, (rows, cols) in linear_shapes(model).items()}
+
+
+def high(bits: Bits) -> dict[str, int]:
+    return {key: 16 if b is None else b for key, b in bits.items()}
+
+
+def fake(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
+    shapes = linear_shapes(model)
+    weights.fake_quantize(model, bits, job.group_size, job.symmetric)
+    quantized = [(shapes[k], b) for k, b in bits.items() if b is not None]
+    ratio = paper_ratio(quantized, job.group_size)
+    stored = prepared_bytes(job.model_dir)  # simulated: weights stay FP32
+    return model, stored, ratio, "simulated: quantize-dequantize in FP32"
+
+
+def nvidia(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
+    n = sizes(model)
+    weights.quantize_nvidia(model, high(bits), job.group_size)
+    stored = sum(n[k] * weights.bits_per_weight(b, job.group_size) for k, b in high(bits).items())
+    note = "FP16 / INT8 / packed INT4 storage, dequantized before each matmul"
+    return model, saved_bytes(model), 32 * sum(n.values()) / stored, note
+
+
+def fp8(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
+    """The Gaudi recipe: the high-precision cluster (bits >= 16) in BF16, the rest in FP8."""
+    fp8_keys = [key for key, b in high(bits).items() if b < 16]
+    n = sizes(model)
+    n_all, n_fp8 = sum(n.values()), sum(n[key] for key in fp8_keys)
+    ratio = 32 * n_all / (16 * (n_all - n_fp8) + 8 * n_fp8)
+    if job.device.kind == "hpu":
+        model = fp8_on_hpu(job, model, fp8_keys)
+        note = f"Intel Neural Compressor FP8 ({job.fp8_format}) MEASURE + QUANTIZE on HPU"
+    else:
+        dtypes = {key: "fp8" if key in fp8_keys else "bf16" for key in bits}
+        weights.quantize_fp8_standin(model, dtypes, job.fp8_format)
+        note = f"stand-in: torch float8 ({job.fp8_format}) weights with per-channel scales; no HPU"
+    return model, saved_bytes(model), ratio, note
+
+
+def fp8_on_hpu(job: QuantJob, model: nn.Module, fp8_keys: list[str]) -> nn.Module:
+    """INC's MEASURE pass on 512 calibration blocks or items, then QUANTIZE, each on a fresh
+    BF16 copy of the prepared model."""
+    names = [name for key in fp8_keys for name in weights.module_names(model, key)]
+    tokenizer = AutoTokenizer.from_pretrained(str(job.model_dir))
+    rows = read_prepared(job.calibration)
+    batches = build_calibration(tokenizer, job.task, rows, 512, job.settings).batches
+
+    def calibrate(prepared_model: nn.Module) -> None:
+        for batch in batches:
+            prepared_model(batch.to(job.device.torch))
+            job.device.mark_step()
+
+    def fresh_bf16() -> nn.Module:
+        return load_prepared(job.model_dir, dtype=torch.bfloat16)[0].to(job.device.torch)
+
+    stats = str(job.out.parent)
+    return weights.quantize_fp8_inc(fresh_bf16, names, job.fp8_format, calibrate, stats)
+
+
+def bf16(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
+    model.to(torch.bfloat16)
+    return model, saved_bytes(model), 2.0, "whole model in bfloat16 (the CPU recipe)"
+
+
+Recipe = Callable[[QuantJob, nn.Module, Bits], Stored]
+RECIPES: dict[str, Recipe] = {recipe.__name__: recipe for recipe in (fake, nvidia, fp8, bf16)}
+
+
+def module_assignment(model: nn.Module, spec: dict[str, Any], source: Path) -> Bits:
+    """Every decoder Linear ('layer-07.mlp.up_proj') -> its bits; None where the assignment
+    does not cover it (a submodule scan of one family), which then stays high precision."""
+    keys = [entry.key for entry in decoder_linears(model)]
+    if "module_bits" in spec:
+        unknown = sorted(set(spec["module_bits"]) - set(keys))
+        if unknown:
+            raise SensitivityTableError(
+                f"assignment '{source}' names modules the model lacks: {unknown[:3]}"
+            )
+        return {key: spec["module_bits"].get(key) for key in keys}
+    layer_bits = {int(k): v for k, v in spec["layer_bits"].items()}
+    n_layers = len(decoder_layers(model))
+    if sorted(layer_bits) != list(range(n_layers)):
+        raise SensitivityTableError(
+            f"assignment '{source}' has {len(layer_bits)} layers; the model has {n_layers}"
+        )
+    return weights.layer_map(layer_bits, model)
+
+
+def quantize(**flags: Any) -> dict[str, Any]:
+    """Quantize the prepared model per the assignment and recipe; evaluate; write a record."""
+    job = QuantJob(**flags)
+    if job.recipe not in RECIPES:
+        raise ValueError(f"unknown recipe '{job.recipe}'; expected one of {tuple(RECIPES)}")
+    if job.recipe == "fp8" and job.device.kind != "hpu" and job.fp8_without_hpu == "error":
+        raise RecipeDeviceError(
+            f"recipe 'fp8' needs Intel Neural Compressor on an HPU, but the device is "
+            f"'{job.device.kind}'; set ptq.fp8_without_hpu: standin to run the float8 stand-in"
+        )
+    model, tokenizer = load_prepared(job.model_dir)
+    spec = json.loads(Path(job.assignment).read_text())
+    bits = module_assignment(model, spec, job.assignment)
+    model, stored, ratio, note = RECIPES[job.recipe](job, model, bits)
+    metrics = job.evaluate(model, tokenizer, "paper")
+    fp32_bytes = prepared_bytes(job.model_dir)
+    metrics.update(
+        compression_ratio=round(ratio, 4),
+        model_compression_ratio=round(fp32_bytes / stored, 4),
+        stored_bytes=stored,
+    )
+    parameters = {
+        "bits": spec["bits"],
+        "method": spec["method"],
+        "recipe": job.recipe,
+        "fp8_format": job.fp8_format if job.recipe == "fp8" else None,
+        "remainder": spec.get("remainder"),
+        "sensitivity": spec.get("sensitivity"),
+        "group_size": job.group_size,
+        "symmetric": job.symmetric,
+        "limit": job.limit,
+        "assignment": spec.get("layer_bits", spec.get("module_bits")),
+        "settings": job.settings,
+        "note": note,
+    }
+    method = f"{job.recipe} [{','.join(str(b) for b in spec['bits'])}]"
+    return job.write("quantized", method, "paper", parameters, metrics, hashed=parameters)

@@ -1,0 +1,205 @@
+"""What a study asks Snakemake for: the result files, the lookups its rules make per job, and
+wildcard constraints from the schema. workflow/rules/*.smk name files and call these; parsing
+the workflow imports no torch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from accelstudy.config import schema
+from accelstudy.points import diffusion_cells, diffusion_point, finetune_cells, finetune_point
+from accelstudy.systems import System
+from accelstudy.tasks import SPLITS, TASKS, relevant_settings
+
+DATA_KEYS = ("source", "dataset", "name", "revision", "files")  # what changes a split's rows
+CONDA_ENVS = {"cuda": "../../envs/cuda.yaml"}  # else envs/cpu.yaml; Gaudi runs in its container
+
+
+def bits_label(bits: list[int]) -> str:
+    """[16, 8, 4] -> '16-8-4', as result paths name a bit list."""
+    return "-".join(str(b) for b in bits)
+
+
+class StudyTargets:
+    """One validated study config on one system. Methods taking `w` are Snakemake input or
+    params functions (w: the job's wildcards)."""
+
+    def __init__(self, config: Mapping[str, Any], system: System) -> None:
+        self.config, self.system = config, system
+        self.results = f"{config['results_dir']}/{config['study']}"
+        self.models = sorted(config["models"])
+        # models only fine-tuned (evaluate: false) get no baseline or PTQ jobs
+        self.eval_models = [m for m in self.models if config["models"][m]["evaluate"]]
+        self.tasks = sorted(config["tasks"])
+        self.ptq = config["ptq"]
+        self.ptq_tasks = self.ptq.get("tasks", []) if self.ptq["enabled"] else []
+        self.bit_labels = [bits_label(bits) for bits in self.ptq.get("bit_lists", [])]
+        self.conda_env = CONDA_ENVS.get(system.device, "../../envs/cpu.yaml")
+
+    def constraints(self) -> dict[str, str]:
+        """Wildcard constraints: the schema's allowed values, the config's names."""
+        props = schema()["properties"]
+        ptq, tune = props["ptq"]["properties"], props["finetune"]["properties"]
+
+        def one_of(values: list[str]) -> str:
+            return "|".join(values)
+
+        return {
+            "model": one_of(self.models),
+            "task": one_of(self.tasks),
+            "granularity": one_of(ptq["granularity"]["enum"]),
+            "recipe": one_of(ptq["recipes"]["items"]["enum"]),
+            "protocol": one_of(
+                schema()["$defs"]["task"]["properties"]["protocols"]["items"]["enum"]
+            ),
+            "split": one_of(list(SPLITS)),
+            "strategy": one_of(tune["strategies"]["items"]["enum"]),
+            "attention": one_of(tune["attention"]["items"]["enum"]),
+            "bits": r"\d+(-\d+)*",
+            **dict.fromkeys(["chunk", "cards", "repeat", "devices"], r"\d+"),
+        }
+
+    # result files ----------------------------------------------------------------------------
+    def baseline_records(self) -> list[str]:
+        return [
+            f"{self.results}/baseline/{model}/{task}/{protocol}.json"
+            for model in self.eval_models
+            for task in self.tasks
+            for protocol in self.config["tasks"][task]["protocols"]
+        ]
+
+    def _ptq_folders(self) -> list[str]:
+        return [
+            f"{self.results}/ptq/{model}/{task}/{self.ptq['granularity']}/bits-{bits}"
+            for model in self.eval_models
+            for task in self.ptq_tasks
+            for bits in self.bit_labels
+        ]
+
+    def ptq_records(self) -> list[str]:
+        return [f"{d}/{recipe}.json" for d in self._ptq_folders() for recipe in self.ptq["recipes"]]
+
+    def ptq_assignments(self) -> list[str]:
+        """Every bit list's assignment, in config order: Fig. 1 colours the targets by them."""
+        return [f"{folder}/assignment.json" for folder in self._ptq_folders()]
+
+    def sensitivity_tables(self) -> list[str]:
+        return [
+            f"{self.results}/ptq/{model}/{task}/sensitivity/{self.ptq['granularity']}.csv"
+            for model in self.eval_models
+            for task in self.ptq_tasks
+        ]
+
+    def finetune_records(self) -> list[str]:
+        return [
+            f"{self.results}/finetune/{c.model}/{c.strategy}/{c.attention}/cards-{c.cards}/"
+            f"repeat-{c.repeat}.json"
+            for c in finetune_cells(self.config)
+        ]
+
+    def diffusion_records(self) -> list[str]:
+        return [
+            f"{self.results}/diffusion/devices-{devices}/repeat-{repeat}.json"
+            for devices, repeat in diffusion_cells(self.config)
+        ]
+
+    def diffusion_samples(self) -> list[str]:
+        return [path.replace(".json", ".samples.npz") for path in self.diffusion_records()]
+
+    def records(self) -> list[str]:
+        return [
+            *self.baseline_records(),
+            *self.ptq_records(),
+            *self.finetune_records(),
+            *self.diffusion_records(),
+        ]
+
+    def compare_inputs(self) -> list[str]:
+        """Every JSON of the runs to compare (`compare` tells records), and this study's report
+        where this study is one of the runs, so that it finishes first."""
+        runs = [Path(run) for run in self.config["compare"]["runs"]]
+        files = [str(p) for run in runs for p in run.rglob("*.json") if "logs" not in p.parts]
+        this = Path(self.results).resolve() in [run.resolve() for run in runs]
+        return sorted(files) + ([f"{self.results}/report/index.html"] if this else [])
+
+    # per-job lookups ---------------------------------------------------------------------------
+    def model_spec(self, w: Any) -> str:
+        """The models.<name> entry, as JSON for the CLI."""
+        return json.dumps(self.config["models"][w.model], sort_keys=True)
+
+    def model_seed(self, w: Any) -> int:
+        """The seed matters only to randomly initialised models."""
+        tiny = self.config["models"][w.model]["source"] == "tiny-random"
+        return self.config["seed"] if tiny else 0
+
+    def task(self, w: Any) -> dict[str, Any]:
+        return self.config["tasks"][w.task]
+
+    def data_spec(self, w: Any) -> str:
+        """Only the keys that change what a split contains (not limits or protocols)."""
+        task = self.task(w)
+        return json.dumps({k: task[k] for k in DATA_KEYS if k in task}, sort_keys=True)
+
+    def eval_split_file(self, w: Any) -> str:
+        return f"{self.results}/data/{w.task}/{self.task(w)['eval_split']}.jsonl"
+
+    def calibration_file(self, w: Any) -> str:
+        """Calibration data per STUDY.md: WikiText validation, HellaSwag/BoolQ train."""
+        return f"{self.results}/data/{w.task}/{TASKS[w.task].calibration_split}.jsonl"
+
+    def eval_settings(self, w: Any) -> str:
+        settings = relevant_settings(w.task, w.protocol, self.config["evaluation"])
+        return json.dumps(settings, sort_keys=True)
+
+    def paper_settings(self, w: Any) -> str:
+        return json.dumps(relevant_settings(w.task, "paper", self.config["evaluation"]))
+
+    def task_limit(self, w: Any) -> int | None:
+        return self.task(w)["limit"]
+
+    def task_source(self, w: Any) -> str:
+        return self.task(w)["source"]
+
+    def calibration_limit(self, w: Any) -> int | None:
+        return self.ptq["calibration_limit"][w.task]
+
+    def ptq_remainder(self, w: Any) -> str:
+        """ptq.remainder for this task: one value for all tasks, or a per-task mapping."""
+        remainder = self.ptq["remainder"]
+        return remainder if isinstance(remainder, str) else remainder.get(w.task, "last")
+
+    def sensitivity_chunks(self, w: Any) -> list[str]:
+        folder = f"{self.results}/ptq/{w.model}/{w.task}/sensitivity/{w.granularity}"
+        return [f"{folder}/chunk-{i}.json" for i in range(self.ptq["chunks"])]
+
+    def fp8_option(self, key: str, otherwise: str) -> Callable[[Any], str]:
+        """An fp8-only ptq option: its value for the fp8 recipe, the CLI default otherwise."""
+        return lambda w: self.ptq[key] if w.recipe == "fp8" else otherwise
+
+    def finetune_point(self, w: Any) -> str:
+        """The point as the worker reads it: only the finetune keys a point depends on."""
+        data_file = f"{self.results}/data/instructions/train.jsonl"
+        point = finetune_point(self.config, w.strategy, w.attention, w.cards, w.repeat, data_file)
+        return point.to_json()
+
+    def diffusion_point(self, w: Any) -> str:
+        return diffusion_point(self.config, w.devices, w.repeat).to_json()
+
+    # scheduler resources of a point (a fine-tuning point's cards, a diffusion point's devices)
+    @staticmethod
+    def _cards(w: Any) -> int:
+        return int(w.get("cards") or w.devices)
+
+    def point_cards(self, kind: str) -> Callable[[Any], int]:
+        """A resource counting this point's cards where the system's card resource is `kind`."""
+        return lambda w: self._cards(w) if self.system.card_resource == kind else 0
+
+    def point_nodes(self, w: Any) -> int:
+        return self.system.nodes_for(self._cards(w))
+
+    def point_threads(self, w: Any) -> int:
+        """On the cpu system a card is a process, so a point takes one core per card."""
+        return self._cards(w) if self.system.device == "cpu" else 1
