@@ -11,17 +11,14 @@ from accelstudy.records import provenance, write_record
 from accelstudy.report.compare import CompareError, compare, load, ratios, split
 
 
-def _record(
-    system: str,
-    task: str,
-    tokens: float,
-    value: float,
-    *,
-    limit: int = 10,
-    source: str = "standin",
-    accelerator: str | None = None,
-    repeat: int = 0,
-) -> dict:
+def _record(system: str, task: str, tokens: float, value: float, **given) -> dict:
+    """A baseline record; `given` may set limit (10), source (standin), accelerator, repeat."""
+    limit, source, repeat = (
+        given.get("limit", 10),
+        given.get("source", "standin"),
+        given.get("repeat", 0),
+    )
+    accelerator = given.get("accelerator")
     record = {
         "stage": "baseline", "study": "t", "system": system, "device": "cpu", "model": "m",
         "task": task, "method": "fp32", "protocol": "paper", "data_source": source,

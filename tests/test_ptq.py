@@ -313,36 +313,36 @@ def test_inc_fp8_two_pass_flow_with_a_mocked_inc(monkeypatch, model):
     assert measure["dump_stats_path"] == quantize["dump_stats_path"]
 
 
-@pytest.mark.parametrize("recipe", ["fake", "nvidia", "fp8", "bf16"])
-def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
+def quantize_tiny(tmp_path, recipe, limit, **overrides):
+    """The quantize stage on what `prepare_tiny` wrote, with these flags unless overridden."""
+    from accelstudy.ptq.quantize import quantize
+
+    flags = {"study": "t", "system": "cpu", "model_name": "tiny", "model_dir": tmp_path / "model"}
+    flags |= {"task": "wikitext", "data": tmp_path / "test.jsonl", "data_source": "standin"}
+    flags |= {"settings": {"block_size": 64, "batch_size": 4, "dtype": "float32"}, "limit": limit}
+    flags |= {"assignment": tmp_path / "a.json", "recipe": recipe, "group_size": 32}
+    flags |= {"symmetric": True, "out": tmp_path / "r.json", "device_kind": "cpu"}
+    return quantize(**flags | overrides)
+
+
+def prepare_tiny(tiny, tmp_path):
+    """The tiny model saved as prepared, and the WikiText stand-in's test split."""
     from accelstudy.data.sources import prepare_data
     from accelstudy.models import save_prepared
-    from accelstudy.ptq.quantize import quantize
+
+    save_prepared(*tiny, tmp_path / "model")
+    prepare_data("wikitext", {"source": "standin"}, "test", tmp_path / "test.jsonl")
+
+
+@pytest.mark.parametrize("recipe", ["fake", "nvidia", "fp8", "bf16"])
+def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
     from accelstudy.records import read_record
 
-    model, tokenizer = tiny
-    save_prepared(model, tokenizer, tmp_path / "model")
-    prepare_data("wikitext", {"source": "standin"}, "test", tmp_path / "test.jsonl")
+    prepare_tiny(tiny, tmp_path)
     (tmp_path / "a.json").write_text(
         json.dumps({"bits": [16, 4], "method": "percentile", "layer_bits": {"0": 16, "1": 4}})
     )
-    quantize(
-        study="t",
-        system="cpu",
-        model_name="tiny",
-        model_dir=tmp_path / "model",
-        task="wikitext",
-        data=tmp_path / "test.jsonl",
-        data_source="standin",
-        settings={"block_size": 64, "batch_size": 4, "dtype": "float32"},
-        limit=3,
-        assignment=tmp_path / "a.json",
-        recipe=recipe,
-        group_size=32,
-        symmetric=True,
-        out=tmp_path / "r.json",
-        device_kind="cpu",
-    )
+    quantize_tiny(tmp_path, recipe, limit=3)
     record = read_record(tmp_path / "r.json")
     metrics = record["metrics"]
     assert record["stage"] == "quantized" and record["method"] == f"{recipe} [16,4]"
@@ -356,27 +356,9 @@ def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
 
 def test_fp8_without_hpu_stops_when_asked(tmp_path):
     from accelstudy.ptq import RecipeDeviceError
-    from accelstudy.ptq.quantize import quantize
 
     with pytest.raises(RecipeDeviceError, match=r"set ptq\.fp8_without_hpu: standin"):
-        quantize(
-            study="t",
-            system="cpu",
-            model_name="m",
-            model_dir=tmp_path,
-            task="wikitext",
-            data=tmp_path,
-            data_source="standin",
-            settings={},
-            limit=1,
-            assignment=tmp_path,
-            recipe="fp8",
-            group_size=128,
-            symmetric=True,
-            out=tmp_path / "r.json",
-            device_kind="cpu",
-            fp8_without_hpu="error",
-        )
+        quantize_tiny(tmp_path, "fp8", limit=1, fp8_without_hpu="error")
     assert not (tmp_path / "r.json").exists()
 
 
@@ -391,15 +373,10 @@ def test_median_split_needs_two_precisions():
 
 def test_submodule_median_split_gives_a_module_map_for_fp8(tiny, tmp_path):
     """The real Gaudi path: MLP submodule scores, median split -> BF16 / FP8 per module."""
-    from accelstudy.data.sources import prepare_data
-    from accelstudy.models import save_prepared
-    from accelstudy.ptq.quantize import quantize
     from accelstudy.records import read_record
 
-    model, tokenizer = tiny
-    save_prepared(model, tokenizer, tmp_path / "model")
-    prepare_data("wikitext", {"source": "standin"}, "test", tmp_path / "test.jsonl")
-    names = [t.name for t in targets(model, "submodule", "mlp")]
+    prepare_tiny(tiny, tmp_path)
+    names = [t.name for t in targets(tiny[0], "submodule", "mlp")]
     table = tmp_path / "s.csv"
     pd.DataFrame(
         {"name": names, "layer": [int(n[6:8]) for n in names], "score": [3, 1, 2, 6, 5, 4]}
@@ -421,23 +398,7 @@ def test_submodule_median_split_gives_a_module_map_for_fp8(tiny, tmp_path):
         "layer-01.mlp.up_proj": 16,
         "layer-01.mlp.down_proj": 16,
     }
-    quantize(
-        study="t",
-        system="cpu",
-        model_name="tiny",
-        model_dir=tmp_path / "model",
-        task="wikitext",
-        data=tmp_path / "test.jsonl",
-        data_source="standin",
-        settings={"block_size": 64, "batch_size": 4, "dtype": "float32"},
-        limit=2,
-        assignment=tmp_path / "a.json",
-        recipe="fp8",
-        group_size=32,
-        symmetric=True,
-        out=tmp_path / "r.json",
-        device_kind="cpu",
-    )
+    quantize_tiny(tmp_path, "fp8", limit=2)
     record = read_record(tmp_path / "r.json")
     assert record["parameters"]["assignment"] == module_bits
     # BF16 halves every Linear; FP8 on layer 0's MLP (24,576 of 73,728 weights): 32n / (16n - 8 n_fp8)

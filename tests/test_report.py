@@ -11,7 +11,7 @@ import pytest
 from accelstudy.records import provenance, write_record
 from accelstudy.report import build_report, diffusion, finetune, load_published
 from accelstudy.report.collect import collect_records, collect_sensitivity, flatten
-from accelstudy.report.figures import calibration_text
+from accelstudy.report.figures import fig1
 from accelstudy.report.tables import bit_order, published_table1, table1, tradeoff_points
 
 BITS = {"[8,4,4]": (8, 4, 4), "[16,8,4]": (16, 8, 4), "[8,8,4]": (8, 8, 4)}  # not in order
@@ -360,8 +360,10 @@ def test_sensitivity_gets_the_bits_of_every_bit_list(study):
     assert boolq["bit_lists"].iloc[0] == "[16,8,4] / [8,8,4] / [8,4,4]"
     assert boolq["bits"].tolist() == ["16 / 8 / 8", "8 / 8 / 4", "8 / 8 / 4", "4 / 4 / 4"]
     assert set(frame["model"]) == {"m"} and boolq["score"].tolist() == SCORES
-    assert calibration_text("wikitext", 4) == "calibration: 4 validation blocks"
-    assert calibration_text("boolq", None) == "calibration: all train items"
+    titles = [ax.get_title() for ax in fig1(frame, {"wikitext": 4}).axes]
+    wikitext = "m, wikitext: perplexity increase when pruned\ncalibration: 4 validation blocks"
+    assert wikitext in titles
+    assert "m, boolq: accuracy drop when pruned\ncalibration: all train items" in titles
 
 
 def test_report_has_every_table_and_figure(study):
@@ -691,7 +693,7 @@ def test_report_with_diffusion(tmp_path):
 def test_samples_panel_shows_the_first_point_that_ran(tmp_path):
     runs = diffusion.diffusion_runs(collect_records(_write_sr3(tmp_path)))
     assert runs["samples"][0].name == "repeat-0.samples.npz"
-    fig = diffusion.samples_figure(runs.iloc[0])
+    fig = diffusion.samples_figure(runs)
     assert len(fig.axes) == 3 * 4  # three held-out images, four columns
     titles = [ax.get_title() for ax in fig.axes[:4]]
     assert titles == ["low-res input", "SR3 output: 26.0 dB", "bicubic: 20.0 dB", "truth"]

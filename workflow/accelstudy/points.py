@@ -29,8 +29,7 @@ class Point:
 
     @classmethod
     def from_json(cls: type[P], text: str | Mapping[str, Any]) -> P:
-        values = json.loads(text) if isinstance(text, str) else dict(text)
-        return cls.from_dict(values)
+        return cls.from_dict(json.loads(text) if isinstance(text, str) else text)
 
     @classmethod
     def from_dict(cls: type[P], values: Mapping[str, Any]) -> P:
@@ -132,46 +131,28 @@ class SweepCell(NamedTuple):
 
 def finetune_cells(config: Mapping[str, Any]) -> Iterator[SweepCell]:
     sweep = config["finetune"]
-    if not sweep["enabled"]:
-        return iter(())
     models = sweep.get("models") or sorted(config["models"])
     axes = sweep["strategies"], sweep["attention"], sweep["cards"], range(sweep["repeats"])
-    return itertools.starmap(SweepCell, itertools.product(models, *axes))
-
-
-def finetune_point(
-    config: Mapping[str, Any],
-    strategy: str,
-    attention: str,
-    cards: int,
-    repeat: int,
-    data_file: str,
-) -> FinetunePoint:
-    """The point a fine-tuning job runs, from the study config and its wildcards."""
-    sweep = config["finetune"]
-    values = {key: sweep[key] for key in FINETUNE_KEYS}
-    return FinetunePoint.from_dict(
-        {
-            **values,
-            "strategy": strategy,
-            "attention": attention,
-            "cards": int(cards),
-            "repeat": int(repeat),
-            "seed": config["seed"],
-            "data": {"source": "local", "file": data_file},
-        }
-    )
+    cells = itertools.product(models, *axes) if sweep["enabled"] else ()
+    return itertools.starmap(SweepCell, cells)
 
 
 def diffusion_cells(config: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
     """(devices, repeat) of every diffusion point."""
     sweep = config["diffusion"]
-    if not sweep["enabled"]:
-        return iter(())
-    return itertools.product(sweep["devices"], range(sweep["repeats"]))
+    return itertools.product(sweep["devices"] if sweep["enabled"] else [], range(sweep["repeats"]))
 
 
-def diffusion_point(config: Mapping[str, Any], devices: int, repeat: int) -> DiffusionPoint:
-    sweep = config["diffusion"]
-    values = {key: sweep[key] for key in DIFFUSION_KEYS}
-    return DiffusionPoint(**values, devices=int(devices), repeat=int(repeat), seed=config["seed"])
+def finetune_point(config: Mapping[str, Any], wildcards: Any, data_file: str) -> FinetunePoint:
+    """The point a fine-tuning job runs: its config block, wildcards and the study's seed."""
+    values = {key: config["finetune"][key] for key in FINETUNE_KEYS}
+    values |= {key: getattr(wildcards, key) for key in ("strategy", "attention")}
+    values |= {key: int(getattr(wildcards, key)) for key in ("cards", "repeat")}
+    data = {"source": "local", "file": data_file}
+    return FinetunePoint.from_dict(values | {"seed": config["seed"], "data": data})
+
+
+def diffusion_point(config: Mapping[str, Any], wildcards: Any) -> DiffusionPoint:
+    values = {key: config["diffusion"][key] for key in DIFFUSION_KEYS}
+    cell = {"devices": int(wildcards.devices), "repeat": int(wildcards.repeat)}
+    return DiffusionPoint(**values, **cell, seed=config["seed"])

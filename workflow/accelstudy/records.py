@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import subprocess
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import jsonschema
 import yaml
 
 from accelstudy import __version__
+from accelstudy.config import config_hash
 from accelstudy.files import write_json
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 from accelstudy.systems import System
@@ -143,6 +145,17 @@ def write_record(path: str | Path, record: dict[str, Any]) -> None:
     record = {"schema_version": SCHEMA_VERSION, **record}
     validate_record(record)
     write_json(path, record)
+
+
+def write_job_record(out: str | Path, *, started: float, hashed: Any = None, **fields: Any) -> dict:
+    """Build a job's record from job_record's `fields` (all but config_hash and wall_s), write it
+    to `out` and return it: its config hash is over `hashed` (by default the parameters), its
+    wall time runs from `started`, a time.perf_counter() reading."""
+    hashed = fields["parameters"] if hashed is None else hashed
+    wall_s = time.perf_counter() - started
+    record = job_record(config_hash=config_hash(hashed), wall_s=wall_s, **fields)
+    write_record(out, record)
+    return record
 
 
 def read_record(path: str | Path) -> dict[str, Any]:

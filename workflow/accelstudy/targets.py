@@ -15,6 +15,24 @@ from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
 DATA_KEYS = ("source", "dataset", "name", "revision", "files")  # what changes a split's rows
+# the report rule's captioned outputs: name, path under results/<study>, caption, category
+CAPTIONED = [
+    line.split()
+    for line in """
+    baseline          tables/baseline.csv                     baseline_table     Baseline
+    figure            report/figures/baseline.png             baseline_figure    Baseline
+    table1            tables/table1.csv                       table1             PTQ
+    table1_published  tables/table1_published.csv             table1_published   PTQ
+    fig1              report/figures/sensitivity.png          fig1               PTQ
+    tradeoff          report/figures/tradeoff.png             tradeoff           PTQ
+    finetune          tables/finetune.csv                     finetune_table     Fine-tuning
+    fig2a             report/figures/finetune_scaling.png     fig2a              Fine-tuning
+    fig2b             report/figures/finetune_strategies.png  fig2b              Fine-tuning
+    diffusion         tables/diffusion.csv                    diffusion_table    Diffusion
+    fig3              report/figures/diffusion_scaling.png    fig3               Diffusion
+    samples_figure    report/figures/diffusion_samples.png    diffusion_samples  Diffusion
+    """.strip().splitlines()
+]
 CONDA_ENVS = {"cuda": "../../envs/cuda.yaml"}  # else envs/cpu.yaml; Gaudi runs in its container
 
 
@@ -117,6 +135,16 @@ class StudyTargets:
             *self.diffusion_records(),
         ]
 
+    def captioned_outputs(self, report: Callable[..., Any]) -> dict[str, Any]:
+        """The report rule's tables and figures, each wrapped by Snakemake's `report()` with its
+        caption (workflow/report/<caption>.rst) and category."""
+        return {
+            name: report(
+                f"{self.results}/{path}", caption=f"../report/{caption}.rst", category=category
+            )
+            for name, path, caption, category in CAPTIONED
+        }
+
     def compare_inputs(self) -> list[str]:
         """Every JSON of the runs to compare (`compare` tells records), and this study's report
         where this study is one of the runs, so that it finishes first."""
@@ -138,6 +166,10 @@ class StudyTargets:
     def task(self, w: Any) -> dict[str, Any]:
         return self.config["tasks"][w.task]
 
+    def task_value(self, key: str) -> Callable[[Any], Any]:
+        """tasks.<the job's task>.<key>, as a params function."""
+        return lambda w: self.task(w)[key]
+
     def data_spec(self, w: Any) -> str:
         """Only the keys that change what a split contains (not limits or protocols)."""
         task = self.task(w)
@@ -156,12 +188,6 @@ class StudyTargets:
 
     def paper_settings(self, w: Any) -> str:
         return json.dumps(relevant_settings(w.task, "paper", self.config["evaluation"]))
-
-    def task_limit(self, w: Any) -> int | None:
-        return self.task(w)["limit"]
-
-    def task_source(self, w: Any) -> str:
-        return self.task(w)["source"]
 
     def calibration_limit(self, w: Any) -> int | None:
         return self.ptq["calibration_limit"][w.task]
@@ -182,11 +208,10 @@ class StudyTargets:
     def finetune_point(self, w: Any) -> str:
         """The point as the worker reads it: only the finetune keys a point depends on."""
         data_file = f"{self.results}/data/instructions/train.jsonl"
-        point = finetune_point(self.config, w.strategy, w.attention, w.cards, w.repeat, data_file)
-        return point.to_json()
+        return finetune_point(self.config, w, data_file).to_json()
 
     def diffusion_point(self, w: Any) -> str:
-        return diffusion_point(self.config, w.devices, w.repeat).to_json()
+        return diffusion_point(self.config, w).to_json()
 
     # scheduler resources of a point (a fine-tuning point's cards, a diffusion point's devices)
     @staticmethod

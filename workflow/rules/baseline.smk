@@ -19,8 +19,8 @@ rule baseline:
         study=config["study"],
         system=config["system"],
         settings=STUDY.eval_settings,
-        limit=STUDY.task_limit,
-        source=STUDY.task_source,
+        limit=STUDY.task_value("limit"),
+        source=STUDY.task_value("source"),
     shell:
         "OMP_NUM_THREADS={threads} accelstudy baseline --study {params.study} "
         "--system {params.system} --model-name {wildcards.model} "

@@ -1,4 +1,5 @@
-# Every record into one table, the figures and the report.
+# Every record into one table, the figures and the report (`snakemake --report` shows the
+# captioned tables and figures: accelstudy.targets.CAPTIONED).
 
 
 rule report:
@@ -8,70 +9,11 @@ rule report:
         sensitivity=STUDY.sensitivity_tables(),
         assignments=STUDY.ptq_assignments(),
     output:
+        **STUDY.captioned_outputs(report),
         html=f"{RESULTS}/report/index.html",
         markdown=f"{RESULTS}/report/report.md",
         records_csv=f"{RESULTS}/tables/records.csv",
         records_parquet=f"{RESULTS}/tables/records.parquet",
-        baseline=report(
-            f"{RESULTS}/tables/baseline.csv",
-            caption="../report/baseline_table.rst",
-            category="Baseline",
-        ),
-        figure=report(
-            f"{RESULTS}/report/figures/baseline.png",
-            caption="../report/baseline_figure.rst",
-            category="Baseline",
-        ),
-        table1=report(
-            f"{RESULTS}/tables/table1.csv",
-            caption="../report/table1.rst",
-            category="PTQ",
-        ),
-        table1_published=report(
-            f"{RESULTS}/tables/table1_published.csv",
-            caption="../report/table1_published.rst",
-            category="PTQ",
-        ),
-        fig1=report(
-            f"{RESULTS}/report/figures/sensitivity.png",
-            caption="../report/fig1.rst",
-            category="PTQ",
-        ),
-        tradeoff=report(
-            f"{RESULTS}/report/figures/tradeoff.png",
-            caption="../report/tradeoff.rst",
-            category="PTQ",
-        ),
-        finetune=report(
-            f"{RESULTS}/tables/finetune.csv",
-            caption="../report/finetune_table.rst",
-            category="Fine-tuning",
-        ),
-        fig2a=report(
-            f"{RESULTS}/report/figures/finetune_scaling.png",
-            caption="../report/fig2a.rst",
-            category="Fine-tuning",
-        ),
-        fig2b=report(
-            f"{RESULTS}/report/figures/finetune_strategies.png",
-            caption="../report/fig2b.rst",
-            category="Fine-tuning",
-        ),
-        diffusion=report(
-            f"{RESULTS}/tables/diffusion.csv",
-            caption="../report/diffusion_table.rst",
-            category="Diffusion",
-        ),
-        fig3=report(
-            f"{RESULTS}/report/figures/diffusion_scaling.png",
-            caption="../report/fig3.rst",
-            category="Diffusion",
-        ),
-        samples_figure=report(
-            f"{RESULTS}/report/figures/diffusion_samples.png",
-            caption="../report/diffusion_samples.rst",
-            category="Diffusion",
-        ),
     log:
         f"{RESULTS}/logs/report.log",
     conda:

@@ -67,8 +67,7 @@ def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[di
 
 
 def prepare_instructions(spec: dict[str, Any], out: str | Path) -> int:
-    """Load the examples once (Hub, file or stand-in) and cache them as JSON Lines with
-    instruction/input/output columns, so the training ranks never touch the network."""
+    """Cache the examples (instruction/input/output) as JSON Lines: training ranks stay offline."""
     return write_jsonl(load_examples(spec), out)
 
 
@@ -78,9 +77,7 @@ def prompt_text(example: dict[str, str]) -> str:
     return PROMPT_DICT[key].format_map(example) + example["output"]
 
 
-def _encoded(
-    examples: list[dict[str, str]], tokenizer: Tokenizer, max_len: int
-) -> Iterator[list[int]]:
+def _encoded(examples: list[dict], tokenizer: Tokenizer, max_len: int) -> Iterator[list[int]]:
     """Token ids of each example: truncated to max_len, EOS appended when it fits."""
     eos = tokenizer.eos_token_id
     for start in range(0, len(examples), ENCODE_CHUNK):

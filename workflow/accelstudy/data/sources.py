@@ -1,5 +1,7 @@
 """One split of a task, from the Hugging Face Hub, a local file, or the offline stand-in, checked
-and cached as JSON Lines under results/, so evaluation jobs never touch the network."""
+and cached as JSON Lines under results/, so evaluation jobs never touch the network. A bad value
+(a HellaSwag label that indexes no ending, a BoolQ answer of "maybe") would become a quiet wrong
+number: it stops `prepare-data` with one line naming file, row, column and value."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from accelstudy.data.values import NORMALISE, BadValue
 from accelstudy.errors import StudyError
 from accelstudy.files import atomic_open
 from accelstudy.tasks import TASKS
@@ -20,21 +21,90 @@ class DataSourceError(StudyError, ValueError):
     """A dataset that is missing, unreadable, lacks the task's columns, or has bad values."""
 
 
+BOOLQ_ANSWERS = {"true": True, "false": False, "1": True, "0": False}
+
+
+class BadValue(ValueError):
+    """A value that the task cannot use: its column, the value, and what it must be."""
+
+    def __init__(self, column: str, value: Any, requirement: str) -> None:
+        super().__init__(f"column '{column}' value {value!r} {requirement}")
+
+
+def boolq_answer(value: Any, column: str = "answer") -> bool:
+    """A boolean, 0/1, or "true"/"false" in any case, mapped explicitly (never truthiness)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in BOOLQ_ANSWERS:
+        return BOOLQ_ANSWERS[value.strip().lower()]
+    raise BadValue(column, value, 'is not a boolean, 0/1, or "true"/"false"')
+
+
+def _text(row: dict, column: str, allow_empty: bool = False) -> str:
+    value = row[column]
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        kind = "string" if allow_empty else "non-empty string"
+        raise BadValue(column, value, f"is not a {kind}")
+    return value
+
+
+def _endings(row: dict) -> list[str]:
+    value = row["endings"]
+    ok = isinstance(value, list) and value and all(isinstance(e, str) and e.strip() for e in value)
+    if not ok:
+        raise BadValue("endings", value, "is not a list of non-empty strings")
+    return value
+
+
+def _label(row: dict, n_endings: int) -> int:
+    value = row["label"]
+    index = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_endings:
+        raise BadValue(
+            "label", value, f"is not an integer (or string of digits) from 0 to {n_endings - 1}"
+        )
+    return index
+
+
+def _wikitext(row: dict) -> dict:
+    # an empty CSV cell is read as None: it was the empty line WikiText stores as ""
+    return {**row, "text": "" if row["text"] is None else _text(row, "text", allow_empty=True)}
+
+
+def _hellaswag(row: dict) -> dict:
+    out = {**row, **{c: _text(row, c) for c in ("activity_label", "ctx_a")}}
+    out["ctx_b"] = _text(row, "ctx_b", allow_empty=True)
+    if row.get("ctx") is not None:
+        out["ctx"] = _text(row, "ctx")
+    out["endings"] = _endings(row)
+    out["label"] = _label(row, len(out["endings"]))
+    return out
+
+
+def _boolq(row: dict) -> dict:
+    out = {**row, "question": _text(row, "question"), "passage": _text(row, "passage")}
+    return {**out, "answer": boolq_answer(row["answer"])}
+
+
+NORMALISE = {"wikitext": _wikitext, "hellaswag": _hellaswag, "boolq": _boolq}
+
+
 def _read_local(path: Path) -> list[dict[str, Any]]:
     import pandas as pd
 
     if not path.is_file():
         raise DataSourceError(f"data file '{path}' does not exist")
     # values as typed (no dtype guessing: "7" stays a string, an empty CSV cell is None), so
-    # the value checks (data/values.py) see what the file says
+    # the value checks (NORMALISE) see what the file says
     as_typed = {"dtype": False, "convert_dates": False}
+    csv = {"dtype": str, "keep_default_na": False, "na_values": [""], "skip_blank_lines": False}
     readers = {
         ".jsonl": lambda p: pd.read_json(p, lines=True, **as_typed),
         ".json": lambda p: pd.read_json(p, **as_typed),
         ".parquet": pd.read_parquet,
-        ".csv": lambda p: pd.read_csv(
-            p, dtype=str, keep_default_na=False, na_values=[""], skip_blank_lines=False
-        ),
+        ".csv": lambda p: pd.read_csv(p, **csv),
     }
     if path.suffix not in readers:
         raise DataSourceError(f"data file '{path}': unsupported suffix; use {sorted(readers)}")
@@ -49,15 +119,14 @@ def read_hub(spec: dict[str, Any], split: str) -> list[dict]:
     """A split of the Hub dataset a config entry names (dataset, name, revision)."""
     from datasets import load_dataset
 
-    name, revision = spec.get("name"), spec.get("revision")
-    return [
-        dict(row) for row in load_dataset(spec["dataset"], name, split=split, revision=revision)
-    ]
+    rows = load_dataset(
+        spec["dataset"], spec.get("name"), split=split, revision=spec.get("revision")
+    )
+    return [dict(row) for row in rows]
 
 
 def checked(task: str, rows: list[dict[str, Any]], origin: str) -> list[dict]:
-    """The rows, given they hold the task's columns, every value checked (data/values.py) and
-    normalised: labels as int, answers as bool."""
+    """The rows, given the task's columns, each value checked and normalised (NORMALISE)."""
     if not rows:
         raise DataSourceError(f"{origin}: no rows")
     columns = TASKS[task].columns
@@ -92,8 +161,7 @@ def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | Non
         path = (base_dir or Path.cwd()) / files[split]
         rows, origin = _read_local(path), f"data file '{files[split]}'"
     elif source == "hf":
-        rows = read_hub(spec, split)
-        origin = f"dataset '{spec['dataset']}' split '{split}'"
+        rows, origin = read_hub(spec, split), f"dataset '{spec['dataset']}' split '{split}'"
     else:
         raise DataSourceError(f"config key 'tasks.{task}.source': unknown source '{source}'")
     return checked(task, rows, origin)
@@ -108,8 +176,7 @@ def write_jsonl(rows: list[dict[str, Any]], out: str | Path) -> int:
 
 
 def prepare_data(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:
-    """The `prepare-data` stage: one split of a task from its source, cached as JSON Lines at
-    `out`; returns the row count."""
+    """The `prepare-data` stage: one split of a task cached as JSON Lines at `out`; its rows."""
     rows = write_jsonl(load_split(task, spec, split), out)
     log.info("prepared %d rows of %s/%s -> %s", rows, task, split, out)
     return rows

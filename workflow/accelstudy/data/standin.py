@@ -1,6 +1,5 @@
-"""Offline stand-ins built from real English text that every CPython ships (the documentation
-topics in `pydoc_data.topics`), so the default study runs with no network. Each has the schema
-of its task, so the same evaluators run on it; records and the report label it "stand-in"."""
+"""Offline stand-ins from real English text every CPython ships (`pydoc_data.topics`), so the
+default study needs no network; each has its task's schema; records label it "stand-in"."""
 
 from __future__ import annotations
 
@@ -44,9 +43,7 @@ def _unique_paragraphs() -> tuple[tuple[str, str, str], ...]:
 
 def corpus_paragraphs(split: str | None = None) -> Iterator[tuple[str, str]]:
     """(topic title, prose paragraph) pairs, optionally from one split's topics only."""
-    for part, title, paragraph in _unique_paragraphs():
-        if split is None or part == split:
-            yield title, paragraph
+    return ((t, p) for part, t, p in _unique_paragraphs() if split is None or part == split)
 
 
 def wikitext_rows(split: str) -> list[dict[str, str]]:

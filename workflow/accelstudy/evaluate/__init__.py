@@ -41,10 +41,8 @@ def evaluate_task(
             metrics = perplexity.lm_eval(model, tokenizer, docs, meter, max_length)
         else:
             key = f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"
-            items = rows[: limit or None]
-            metrics, details = evaluate_multiple_choice(
-                model, tokenizer, task, protocol, items, meter, settings[key]
-            )
+            args = (model, tokenizer, task, protocol, rows[: limit or None], meter, settings[key])
+            metrics, details = evaluate_multiple_choice(*args)
     metrics.update(meter.metrics())
     metrics["primary_metric"] = spec.metric.name
     return metrics, details

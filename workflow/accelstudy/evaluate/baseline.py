@@ -1,5 +1,4 @@
-"""The `baseline` stage, and the job it shares with the quantized evaluation: its flags, its
-evaluation and its record."""
+"""The `baseline` stage, and the job (flags, evaluation, record) the quantized evaluation shares."""
 
 from __future__ import annotations
 
@@ -12,11 +11,10 @@ from typing import Any
 import torch
 
 from accelstudy import device as devices
-from accelstudy.config import config_hash
 from accelstudy.data.sources import read_prepared
 from accelstudy.evaluate import evaluate_task
 from accelstudy.models import load_prepared
-from accelstudy.records import job_record, write_record
+from accelstudy.records import write_job_record
 from accelstudy.systems import load_system
 
 
@@ -52,23 +50,11 @@ class EvalJob:
         self, stage: str, method: str, protocol: str, parameters: dict, metrics: dict, hashed: dict
     ) -> dict[str, Any]:
         """Write the job's record, its config hash over `hashed`."""
-        record = job_record(
-            stage=stage,
-            study=self.study,
-            system=load_system(self.system),
-            device=self.device,
-            model=self.model_name,
-            task=self.task,
-            method=method,
-            protocol=protocol,
-            data_source=self.data_source,
-            parameters=parameters,
-            metrics=metrics,
-            config_hash=config_hash(hashed),
-            wall_s=time.perf_counter() - self.started,
-        )
-        write_record(self.out, record)
-        return record
+        fields = {"stage": stage, "study": self.study, "model": self.model_name, "task": self.task}
+        fields |= {"method": method, "protocol": protocol, "data_source": self.data_source}
+        fields |= {"system": load_system(self.system), "device": self.device}
+        fields |= {"parameters": parameters, "metrics": metrics}
+        return write_job_record(self.out, started=self.started, hashed=hashed, **fields)
 
 
 def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:

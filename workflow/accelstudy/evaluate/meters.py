@@ -31,9 +31,6 @@ class Meter:
         self.tokens += int(tokens)
 
     def metrics(self) -> dict[str, float | int]:
-        return {
-            "wall_time_s": round(self.wall_time_s, 4),
-            "tokens": self.tokens,
-            "tokens_per_s": round(self.tokens / self.wall_time_s, 2) if self.wall_time_s else 0.0,
-            "peak_memory_bytes": self.device.peak_memory_bytes(),
-        }
+        out = {"wall_time_s": round(self.wall_time_s, 4), "tokens": self.tokens}
+        out["tokens_per_s"] = round(self.tokens / self.wall_time_s, 2) if self.wall_time_s else 0.0
+        return {**out, "peak_memory_bytes": self.device.peak_memory_bytes()}

@@ -29,10 +29,9 @@ class ItemResult:
 def tokenize_request(
     tokenizer: Tokenizer, request: ChoiceRequest, spec: ChoiceProtocol, max_length: int
 ) -> Item:
-    """Context tokens and each continuation's tokens (lm-eval's split of the whole string).
-    Right truncation (the authors' scripts) keeps each scored text's first `max_length` tokens,
-    so a continuation may lose all of them (it then scores -inf); lm-eval's left truncation
-    happens at scoring time (`score_items`)."""
+    """Context tokens and each continuation's (lm-eval's split of the whole string). Right
+    truncation (the authors' scripts) keeps each scored text's first `max_length` tokens, so a
+    continuation may lose all (it then scores -inf); lm-eval truncates left, in `score_items`."""
     pairs = [encode_pair(tokenizer, request.context, c, spec.name) for c in request.continuations]
     context, continuations = pairs[0][0], [cont for _, cont in pairs]
     if spec.truncation == "right":
@@ -77,11 +76,10 @@ def decide(request: ChoiceRequest, scores: list[Score], protocol: ChoiceProtocol
     """The chosen index under each tie rule; a choice with no tokens left scores -inf."""
     lls = np.array([s.loglikelihood for s in scores])
     n_tokens = np.array([s.n_tokens for s in scores])
-    norm = None
+    values, norm = lls, None
     if protocol.normalisation == "token":
         values = np.where(n_tokens > 0, lls / np.maximum(n_tokens, 1), -np.inf)
     else:
-        values = lls
         norm = _argmax(lls / np.array([float(len(c)) for c in request.choices]), None)
     predictions = {name: _argmax(values, tie) for name, tie in protocol.ties.items()}
     first = next(iter(predictions.values()))

@@ -41,9 +41,8 @@ def shifted_cross_entropy(logits: torch.Tensor, batch: torch.Tensor) -> tuple[fl
     """Summed next-token cross-entropy of (B, T, V) logits and the number of targets. The last
     position gets an ignored target: slicing the logits would copy the whole (B, T-1, V)."""
     targets = torch.cat([batch[:, 1:], torch.full_like(batch[:, :1], -100)], dim=1).flatten()
-    loss = F.cross_entropy(
-        logits.flatten(0, 1).float(), targets, reduction="sum", ignore_index=-100
-    )
+    flat = logits.flatten(0, 1).float()
+    loss = F.cross_entropy(flat, targets, reduction="sum", ignore_index=-100)
     return float(loss), batch[:, 1:].numel()
 
 

@@ -1,7 +1,6 @@
-"""Task templates: how a HellaSwag or BoolQ row becomes a context and its choices, per (task,
-protocol) like lm-evaluation-harness tasks, and how a protocol tokenises text. The paper's
-protocol and lm-eval's differ in text, tokenisation and normalisation; both are named, so a
-record says which gave its number."""
+"""Task templates: how a HellaSwag or BoolQ row becomes a context and its choices per (task,
+protocol), as lm-evaluation-harness tasks, and how a protocol tokenises text. The paper's and
+lm-eval's differ in text, tokenisation and normalisation; a record names which it used."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 from lm_eval.models.utils import has_bos_prefix
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
-from accelstudy.data.values import boolq_answer
+from accelstudy.data.sources import boolq_answer
 
 
 def hellaswag_clean(text: str) -> str:
@@ -23,16 +22,15 @@ def hellaswag_clean(text: str) -> str:
 
 @dataclass(frozen=True)
 class ChoiceRequest:
-    """One item: a context, candidate choice texts, and the delimiter between them."""
+    """One item: a context, candidate choice texts (each continues it after a space), the gold."""
 
     context: str
     choices: list[str]
     gold: int
-    delimiter: str = " "
 
     @property
     def continuations(self) -> list[str]:
-        return [self.delimiter + c for c in self.choices]
+        return [" " + c for c in self.choices]
 
 
 def _hellaswag(context: str, row: dict) -> ChoiceRequest:

@@ -1,7 +1,6 @@
-"""Log-likelihood of continuations given a context, the core of multiple-choice scoring:
-`score_shared_contexts` runs each context once and scores every continuation from its KV
-cache, a fraction of the work of the references that run each (context + continuation) in
-full (`score_separately`, `score_padded_batch`), for the same numbers."""
+"""Log-likelihood of continuations given a context: `score_shared_contexts` runs each context
+once and scores every continuation from its KV cache, for the same numbers as the references
+that run each (context + continuation) in full (`score_separately`, `score_padded_batch`)."""
 
 from __future__ import annotations
 
@@ -23,14 +22,14 @@ class Score:
     is_greedy: bool
 
 
-def _gather(logprobs: torch.Tensor, targets: list[int]) -> tuple[float, bool]:
+def _score(logprobs: torch.Tensor, targets: list[int]) -> Score:
     """logprobs: (len(targets), vocab) rows predicting each target token."""
     if not targets:  # every token of it was truncated away
-        return 0.0, False
+        return Score(0.0, 0, False)
     index = torch.tensor(targets, device=logprobs.device)
     picked = logprobs.gather(1, index[:, None]).squeeze(1)
     greedy = bool((logprobs.argmax(-1) == index).all())
-    return float(picked.double().sum()), greedy
+    return Score(float(picked.double().sum()), len(targets), greedy)
 
 
 @cache
@@ -60,11 +59,8 @@ def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Scor
     device = next(model.parameters()).device
     contexts = [context for context, _ in items]
     lengths = torch.tensor([len(c) for c in contexts], device=device)
-    context_mask = pad_right([[1] * len(c) for c in contexts], device)
-    argument = _cache_argument(type(model))
-    out = model.get_decoder()(
-        pad_right(contexts, device), attention_mask=context_mask, use_cache=True
-    )
+    ctx_mask = pad_right([[1] * len(c) for c in contexts], device)
+    out = model.get_decoder()(pad_right(contexts, device), attention_mask=ctx_mask, use_cache=True)
     last = out.last_hidden_state[torch.arange(len(items), device=device), lengths - 1]
     first = F.log_softmax(model.get_output_embeddings()(last).float(), dim=-1)
 
@@ -72,15 +68,14 @@ def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Scor
     continuations = [cont for _, conts in items for cont in conts]
     rest = None
     if max(len(c) for c in continuations) > 1:
+        argument = _cache_argument(type(model))
         kv = getattr(out, argument)
         kv.batch_select_indices(torch.tensor(owners, device=device))
         inputs = pad_right([c[:-1] for c in continuations], device)
-        width = inputs.shape[1]
-        mask = torch.cat([context_mask[owners], torch.ones_like(inputs)], dim=1)
-        positions = lengths[owners][:, None] + torch.arange(width, device=device)[None]
-        logits = model(
-            inputs, attention_mask=mask, position_ids=positions, use_cache=True, **{argument: kv}
-        ).logits
+        mask = torch.cat([ctx_mask[owners], torch.ones_like(inputs)], dim=1)
+        positions = lengths[owners][:, None] + torch.arange(inputs.shape[1], device=device)[None]
+        cache = {"use_cache": True, argument: kv}
+        logits = model(inputs, attention_mask=mask, position_ids=positions, **cache).logits
         rest = F.log_softmax(logits.float(), dim=-1)
 
     scores: list[list[Score]] = [[] for _ in items]
@@ -88,16 +83,13 @@ def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Scor
         rows = first[owner][None]
         if len(cont) > 1:
             rows = torch.cat([rows, rest[row, : len(cont) - 1]], dim=0)
-        ll, greedy = _gather(rows, cont)
-        scores[owner].append(Score(ll, len(cont), greedy))
+        scores[owner].append(_score(rows, cont))
     return scores
 
 
-def score_shared_context(
-    model: nn.Module, context: list[int], conts: list[list[int]]
-) -> list[Score]:
+def score_shared_context(model: nn.Module, ctx: list[int], conts: list[list[int]]) -> list[Score]:
     """One item: the context runs once; every continuation is scored from its KV cache."""
-    return score_shared_contexts(model, [(context, conts)])[0]
+    return score_shared_contexts(model, [(ctx, conts)])[0]
 
 
 @torch.inference_mode()
@@ -112,8 +104,5 @@ def score_padded_batch(model: nn.Module, context: list[int], conts: list[list[in
     device = next(model.parameters()).device
     logits = model(pad_right([(context + c)[:-1] for c in conts], device)).logits
     logprobs = F.log_softmax(logits.float(), dim=-1)
-    start, scores = len(context) - 1, []
-    for i, cont in enumerate(conts):
-        ll, greedy = _gather(logprobs[i, start : start + len(cont)], cont)
-        scores.append(Score(ll, len(cont), greedy))
-    return scores
+    start = len(context) - 1
+    return [_score(logprobs[i, start : start + len(c)], c) for i, c in enumerate(conts)]

@@ -7,24 +7,18 @@ the sweep goes on. Any other failure fails the job with no record: a retry start
 from __future__ import annotations
 
 import importlib.util
-import logging
-import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from accelstudy import device as devices
-from accelstudy.config import config_hash
 from accelstudy.finetune.planner import load_config, plan
 from accelstudy.finetune.strategies import gaudi_env
-from accelstudy.launch import PointFailed, RanksDevice, run_ranks
+from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import FinetunePoint
-from accelstudy.records import job_record, write_record
-from accelstudy.systems import System, load_system
+from accelstudy.systems import System
 
-log = logging.getLogger("accelstudy")
 WORKER = "accelstudy.finetune.train"
 
 
@@ -48,25 +42,15 @@ def memory_per_card(system: System, cards: int) -> float:
 
 
 def run(
-    *,
-    study: str,
-    system: str,
-    model_name: str,
-    model_dir: Path,
-    point: FinetunePoint,
-    data_source: str,
-    threads: int,
-    out: Path,
-    device_kind: str = "auto",
+    *, model_name: str, model_dir: Path, point: FinetunePoint, data_source: str, **flags: Any
 ) -> dict[str, Any]:
-    """Plan, then (unless predicted not to fit) train one point; write its record."""
-    started = time.perf_counter()
-    machine = load_system(system)
-    device = devices.resolve(device_kind)
+    """Plan, then (unless predicted not to fit) train one point; write its record. `flags`: the
+    PointJob's (study, system, threads, out, device_kind)."""
+    job = PointJob(**flags)
     # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
-    ranks_device = machine.device if device_kind == "auto" else device.kind
+    ranks_device = job.machine.device if job.device_kind == "auto" else job.device.kind
     predicted = plan(load_config(model_dir), point, ranks_device)
-    budget = memory_per_card(machine, point.cards)
+    budget = memory_per_card(job.machine, point.cards)
     metrics: dict[str, Any] = {"predicted": predicted.as_dict(), "memory_per_card_gb": budget}
     reason = unsupported(point, model_dir, ranks_device)
     if reason and point.on_unsupported != "record":
@@ -77,30 +61,12 @@ def run(
         metrics["status"] = "predicted-does-not-fit"
     else:
         args = ["--point", point.to_json(), "--model-dir", str(model_dir)]
-        gaudi = gaudi_env(point)
-        outcome = run_ranks(machine, point.cards, WORKER, args, threads, out, point.strategy, gaudi)
+        options = {"strategy": point.strategy, "hpu_env": gaudi_env(point)}
+        outcome = job.launch(point.cards, WORKER, args, **options)
         metrics.update(outcome.get("metrics", {}), status=outcome["status"])
-        if outcome.get("device", device.kind) != device.kind:  # launched from a card-less host
-            device = RanksDevice(outcome["device"], machine.label)
         if outcome["status"] != "ok":
             metrics["error"] = outcome.get("error", "")
-    metrics["wall_time_s"] = round(time.perf_counter() - started, 3)
-    parameters = point.as_dict()
-    record = job_record(
-        stage="finetune",
-        study=study,
-        system=machine,
-        device=device,
-        model=model_name,
-        task="instructions",
-        method=point.strategy,
-        protocol=None,
-        data_source=data_source,
-        parameters=parameters,
-        metrics=metrics,
-        config_hash=config_hash(parameters),
-        wall_s=time.perf_counter() - started,
+    what = {"model": model_name, "task": "instructions", "method": point.strategy}
+    return job.record(
+        "finetune", metrics, data_source=data_source, parameters=point.as_dict(), **what
     )
-    write_record(out, record)
-    log.info("finetune %s: %s", out, metrics["status"])
-    return record

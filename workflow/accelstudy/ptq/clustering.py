@@ -21,11 +21,8 @@ def percentile_groups(n: int, k: int, remainder: str = "last") -> list[int]:
     if k > n:
         raise ValueError(f"more clusters ({k}) than layers ({n})")
     base, extra = divmod(n, k)
-    sizes = [base] * k
-    order = range(k - 1, k - 1 - extra, -1) if remainder == "last" else range(extra)
-    for index in order:
-        sizes[index] += 1
-    return sizes
+    bigger = range(k - extra, k) if remainder == "last" else range(extra)
+    return [base + (index in bigger) for index in range(k)]
 
 
 def cluster_ranks(

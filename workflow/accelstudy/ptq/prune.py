@@ -1,6 +1,5 @@
-"""Magnitude pruning of one decoder layer or one projection, in place and exactly undone: the
-sensitivity scan prunes, evaluates and restores once per target and never reloads the model;
-restoring copies the saved tensors back, so weights are bit-identical afterwards."""
+"""Magnitude pruning of one decoder layer or projection, in place and undone bit for bit (the
+saved tensors copied back): the sensitivity scan prunes and restores, never reloading the model."""
 
 from __future__ import annotations
 
@@ -62,23 +61,18 @@ def targets(model: nn.Module, granularity: str, family: str = "mlp") -> list[Tar
         raise ValueError(f"unknown family '{family}'; expected one of {sorted(FAMILIES)}")
     out = []
     for index, layer in enumerate(decoder_layers(model)):
-        linears = layer_linears(layer)
+        linears, key = layer_linears(layer), f"layer-{index:02d}"
+        tensors = tuple(m.weight for _, m in linears)
         if granularity == "layer":
-            tensors = tuple(m.weight for _, m in linears)
-            out.append(Target(f"layer-{index:02d}", index, tensors, per_tensor=False))
+            out.append(Target(key, index, tensors, per_tensor=False))
         elif granularity == "layer-per-tensor":
             # the authors' A100 WikiText script: a threshold per tensor, norm weights included
-            norms = tuple(
-                m.weight
-                for _, m in layer.named_modules()
-                if "norm" in type(m).__name__.lower() and getattr(m, "weight", None) is not None
-            )
-            tensors = tuple(m.weight for _, m in linears) + norms
-            out.append(Target(f"layer-{index:02d}", index, tensors, per_tensor=True))
+            norms = [m for m in layer.modules() if "norm" in type(m).__name__.lower()]
+            tensors += tuple(m.weight for m in norms if getattr(m, "weight", None) is not None)
+            out.append(Target(key, index, tensors, per_tensor=True))
         else:
-            for name, module in linears:
-                if name.rsplit(".", 1)[-1] in FAMILIES[family]:
-                    out.append(Target(f"layer-{index:02d}.{name}", index, (module.weight,), False))
+            chosen = [(n, m) for n, m in linears if n.rsplit(".", 1)[-1] in FAMILIES[family]]
+            out += [Target(f"{key}.{n}", index, (m.weight,), False) for n, m in chosen]
     return out
 
 
@@ -92,8 +86,7 @@ def magnitude_threshold(tensors: tuple[torch.Tensor, ...], sparsity: float) -> t
 @contextlib.contextmanager
 @torch.no_grad()
 def pruned(target: Target, sparsity: float) -> Iterator[int]:
-    """Zero every weight with |w| below the threshold while inside (yields how many); restore
-    exactly after."""
+    """Zero each weight with |w| under the threshold while inside (yields how many); restore."""
     saved = [t.detach().clone() for t in target.tensors]
     zeroed = 0
     try:

@@ -1,6 +1,5 @@
-"""The `quantize` stage: quantize the prepared model per an assignment with one recipe, then
-evaluate it under the paper's protocol and record the result with its compression: the
-paper's ratio over the quantized Linear weights, and the measured bytes of the model."""
+"""The `quantize` stage: the prepared model quantized per an assignment with one recipe, evaluated
+under the paper's protocol, recorded with the paper's compression ratio and its measured bytes."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ from accelstudy.ptq.sensitivity import build_calibration
 
 @dataclass(frozen=True, kw_only=True)
 class QuantJob(EvalJob):
-    """The `quantize` stage's flags: the evaluation job's, the assignment, and the recipe
-    with its options."""
+    """The `quantize` stage's flags: the evaluation job's, the assignment, the recipe's."""
 
     recipe: str
     assignment: Path
@@ -43,33 +41,20 @@ class QuantJob(EvalJob):
 def paper_ratio(shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_size=128) -> float:
     """FP32 bits / (b x n + 16 x n_groups) summed over the quantized Linear weights: a weight
     (out, in) has n = out x in values and out x ceil(in / group) groups, each a 16-bit scale."""
-    fp32 = quantized = 0
-    for (out_features, in_features), bits in shapes_and_bits:
-        n = out_features * in_features
-        groups = out_features * math.ceil(in_features / group_size)
-        fp32 += 32 * n
-        quantized += bits * n + 16 * groups
-    return fp32 / quantized
+    counts = [(o * i, o * math.ceil(i / group_size), b) for (o, i), b in shapes_and_bits]
+    return sum(32 * n for n, _, _ in counts) / sum(b * n + 16 * groups for n, groups, b in counts)
 
 
 def saved_bytes(model: nn.Module) -> int:
     """Bytes of the model's state dict saved as safetensors (shared tensors counted once)."""
-    seen, tensors = set(), {}
+    tensors = {}  # the first name of each storage (an empty tensor is its own)
     for name, tensor in model.state_dict().items():
-        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
-        if tensor.numel() and key in seen:
-            continue
-        seen.add(key)
-        tensors[name] = tensor.detach().contiguous().cpu()
+        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)) if tensor.numel() else name
+        tensors.setdefault(key, (name, tensor))
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.safetensors")
-        save_file(tensors, path)
+        save_file({n: t.detach().contiguous().cpu() for n, t in tensors.values()}, path)
         return os.path.getsize(path)
-
-
-def linear_shapes(model: nn.Module) -> dict[str, tuple[int, int]]:
-    """Decoder Linear key ('layer-07.mlp.up_proj') -> weight shape (out, in)."""
-    return {e.key: tuple(e.linear.weight.shape) for e in decoder_linears(model)}
 
 
 def prepared_bytes(model_dir: Path) -> int:
@@ -82,7 +67,7 @@ Stored = tuple[nn.Module, int, float, str]  # model as evaluated, bytes, paper's
 
 
 def sizes(model: nn.Module) -> dict[str, int]:
-    return {key: rows * cols for key, (rows, cols) in linear_shapes(model).items()}
+    return {e.key: e.linear.weight.numel() for e in decoder_linears(model)}
 
 
 def high(bits: Bits) -> dict[str, int]:
@@ -90,12 +75,11 @@ def high(bits: Bits) -> dict[str, int]:
 
 
 def fake(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
-    shapes = linear_shapes(model)
+    """Simulated: the weights stay FP32, so the stored bytes are the prepared model's."""
+    shapes = {e.key: tuple(e.linear.weight.shape) for e in decoder_linears(model)}
     weights.fake_quantize(model, bits, job.group_size, job.symmetric)
-    quantized = [(shapes[k], b) for k, b in bits.items() if b is not None]
-    ratio = paper_ratio(quantized, job.group_size)
-    stored = prepared_bytes(job.model_dir)  # simulated: weights stay FP32
-    return model, stored, ratio, "simulated: quantize-dequantize in FP32"
+    ratio = paper_ratio([(shapes[k], b) for k, b in bits.items() if b is not None], job.group_size)
+    return model, prepared_bytes(job.model_dir), ratio, "simulated: quantize-dequantize in FP32"
 
 
 def nvidia(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
@@ -123,8 +107,7 @@ def fp8(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
 
 
 def fp8_on_hpu(job: QuantJob, model: nn.Module, fp8_keys: list[str]) -> nn.Module:
-    """INC's MEASURE pass on 512 calibration blocks or items, then QUANTIZE, each on a fresh
-    BF16 copy of the prepared model."""
+    """INC's MEASURE on 512 calibration blocks or items, then QUANTIZE; each loads fresh BF16."""
     names = [name for key in fp8_keys for name in weights.module_names(model, key)]
     tokenizer = AutoTokenizer.from_pretrained(str(job.model_dir))
     rows = read_prepared(job.calibration)
@@ -187,24 +170,13 @@ def quantize(**flags: Any) -> dict[str, Any]:
     model, stored, ratio, note = RECIPES[job.recipe](job, model, bits)
     metrics = job.evaluate(model, tokenizer, "paper")
     fp32_bytes = prepared_bytes(job.model_dir)
-    metrics.update(
-        compression_ratio=round(ratio, 4),
-        model_compression_ratio=round(fp32_bytes / stored, 4),
-        stored_bytes=stored,
-    )
-    parameters = {
-        "bits": spec["bits"],
-        "method": spec["method"],
-        "recipe": job.recipe,
-        "fp8_format": job.fp8_format if job.recipe == "fp8" else None,
-        "remainder": spec.get("remainder"),
-        "sensitivity": spec.get("sensitivity"),
-        "group_size": job.group_size,
-        "symmetric": job.symmetric,
-        "limit": job.limit,
-        "assignment": spec.get("layer_bits", spec.get("module_bits")),
-        "settings": job.settings,
-        "note": note,
-    }
+    metrics["compression_ratio"] = round(ratio, 4)
+    metrics.update(model_compression_ratio=round(fp32_bytes / stored, 4), stored_bytes=stored)
+    parameters = {"bits": spec["bits"], "method": spec["method"], "recipe": job.recipe}
+    parameters["fp8_format"] = job.fp8_format if job.recipe == "fp8" else None
+    parameters |= {"remainder": spec.get("remainder"), "sensitivity": spec.get("sensitivity")}
+    parameters |= {"group_size": job.group_size, "symmetric": job.symmetric, "limit": job.limit}
+    parameters["assignment"] = spec.get("layer_bits", spec.get("module_bits"))
+    parameters |= {"settings": job.settings, "note": note}
     method = f"{job.recipe} [{','.join(str(b) for b in spec['bits'])}]"
     return job.write("quantized", method, "paper", parameters, metrics, hashed=parameters)

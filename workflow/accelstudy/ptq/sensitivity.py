@@ -1,9 +1,8 @@
 """Per-layer (or per-projection) pruning sensitivity on a calibration set (the paper's token
-batches, and how to score any batch's logits), with prefix reuse: pruning layer l cannot
-change what layers 0..l-1 compute, so the scan runs the unpruned model once, keeps the hidden
-states entering each layer it will prune, and for layer l runs only layers l..L-1, the final
-norm and the LM head (the naive scan stays for tests and the benchmark). The `sensitivity`
-stage scans one chunk of the targets; `gather-sensitivity` joins the chunks."""
+batches, and how to score any batch's logits), with prefix reuse: pruning layer l cannot change
+layers 0..l-1, so the scan runs the unpruned model once, keeps the hidden states entering each
+layer it will prune, and for layer l runs only layers l..L-1, the final norm and the LM head (the
+naive scan stays for tests and the benchmark). `sensitivity` scans one chunk of the targets."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ class Calibration:
         return float(decide(request, scores, self.protocol).prediction == request.gold), 1
 
     def metric(self, contributions: list[tuple[float, int]]) -> float:
-        total = sum(c for c, _ in contributions)
-        count = sum(n for _, n in contributions)
+        total, count = map(sum, zip(*contributions, strict=True))
         return math.exp(total / count) if self.kind == "perplexity" else total / count
 
 
@@ -143,11 +141,8 @@ class PrefixCache:
 @torch.inference_mode()
 def full_metric(model: nn.Module, calibration: Calibration) -> float:
     device = next(model.parameters()).device
-    contributions = [
-        calibration.contribution(i, model(batch.to(device), use_cache=False).logits)
-        for i, batch in enumerate(calibration.batches)
-    ]
-    return calibration.metric(contributions)
+    logits = (model(batch.to(device), use_cache=False).logits for batch in calibration.batches)
+    return calibration.metric([calibration.contribution(i, x) for i, x in enumerate(logits)])
 
 
 def scan(
@@ -197,23 +192,12 @@ def sensitivity_chunk(
     model.to(device.torch)
     calibration = build_calibration(tokenizer, task, read_prepared(data), limit, settings)
     all_targets = targets(model, granularity, family)
-    base, scores, timing = scan(
-        model, calibration, chunk_targets(all_targets, chunks, chunk), sparsity, prefix_reuse
-    )
+    mine = chunk_targets(all_targets, chunks, chunk)
+    base, scores, timing = scan(model, calibration, mine, sparsity, prefix_reuse)
     scanned = dict(zip(SCAN_KEYS, (granularity, family, sparsity, limit), strict=True))
-    payload = {
-        "task": task,
-        "metric": calibration.kind,
-        "base": base,
-        **scanned,
-        "chunk": chunk,
-        "chunks": chunks,
-        "n_targets": len(all_targets),
-        "prefix_reuse": prefix_reuse,
-        "device": device.kind,
-        "scores": [s.__dict__ for s in scores],
-        **timing,
-    }
+    payload = {"task": task, "metric": calibration.kind, "base": base, **scanned, "chunk": chunk}
+    payload |= {"chunks": chunks, "n_targets": len(all_targets), "prefix_reuse": prefix_reuse}
+    payload |= {"device": device.kind, "scores": [s.__dict__ for s in scores], **timing}
     write_json(out, payload)
     return payload
 

@@ -1,6 +1,5 @@
-"""How each recipe stores a decoder Linear's weights: simulated (fake) quantize-dequantize in
-FP32, or truly low precision (plain nn.Module swaps, so the saved bytes are what is stored),
-dequantized before the matmul; FP8 on a Gaudi is Intel Neural Compressor's."""
+"""How each recipe stores a decoder Linear's weights: fake quantize-dequantize in FP32, or truly low
+precision (nn.Module swaps: saved bytes are stored bytes) dequantized before the matmul."""
 
 from __future__ import annotations
 
@@ -26,20 +25,16 @@ def quantize_dequantize(
     out_features, in_features = weight.shape
     pad = (-in_features) % group_size
     w = F.pad(weight.float(), (0, pad)).view(out_features, -1, group_size)
+    low = w.amin(-1, keepdim=True)
     if symmetric:
         qmax = 2 ** (bits - 1) - 1
-        scale = w.abs().amax(-1, keepdim=True) / qmax
-        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
-        q = torch.clamp(torch.round(w / scale), -qmax - 1, qmax)
-        deq = q * scale
+        scale, lowest = w.abs().amax(-1, keepdim=True) / qmax, -qmax - 1
     else:
-        qmax = 2**bits - 1
-        low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
-        scale = (high - low) / qmax
-        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
-        zero = torch.round(-low / scale)
-        q = torch.clamp(torch.round(w / scale) + zero, 0, qmax)
-        deq = (q - zero) * scale
+        qmax, lowest = 2**bits - 1, 0
+        scale = (w.amax(-1, keepdim=True) - low) / qmax
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    zero = 0 if symmetric else torch.round(-low / scale)
+    deq = (torch.clamp(torch.round(w / scale) + zero, lowest, qmax) - zero) * scale
     return deq.view(out_features, -1)[:, :in_features].to(weight.dtype)
 
 
@@ -123,8 +118,7 @@ class CastLinear(nn.Module):
 
 def _replace(layer: nn.Module, name: str, module: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
-    parent = layer.get_submodule(parent_name) if parent_name else layer
-    setattr(parent, child, module)
+    setattr(layer.get_submodule(parent_name), child, module)  # "": the layer itself
 
 
 @torch.no_grad()
@@ -155,10 +149,9 @@ FP8_BLOCKLIST = ["lm_head", "model.norm", "model.embed_tokens"]
 def quantize_fp8_inc(
     load_model: Callable, fp8_modules: list[str], fp8_format: str, calibrate: Callable, stats: str
 ) -> nn.Module:
-    """Intel Neural Compressor's two-pass FP8 flow on a Gaudi. MEASURE: prepare a BF16 model
-    from `load_model()`, run `calibrate(model)` on representative data, save the (device
-    specific) statistics under `stats`. QUANTIZE: convert a fresh BF16 model with them.
-    Only `fp8_modules` are allowed; lm_head, the final norm and the embeddings are blocked."""
+    """Intel Neural Compressor's two-pass FP8 flow on a Gaudi. MEASURE: `calibrate` a BF16
+    `load_model()`, saving the (device specific) statistics under `stats`; QUANTIZE: convert a
+    fresh one with them. Only `fp8_modules`: lm_head, final norm and embeddings are blocked."""
     import neural_compressor.torch.quantization as inc
 
     common = dict(fp8_config=fp8_format.upper(), hp_dtype="bf16", dump_stats_path=f"{stats}/inc")

@@ -35,9 +35,12 @@ TRADEOFF_NOTE = (
     "level). The published TinyLlama-1.1B points have their own row of panels: a different "
     "model on different data, not comparable with ours."
 )
-PUBLISHED_TITLE = (
-    "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
-)
+PUBLISHED = "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
+FIG2A = "Fig. 2a: fine-tuning throughput and time for fixed work against cards"
+POINTS = "Fine-tuning points: speed-up, scaling efficiency, planned and measured memory"
+FINDINGS = "Fine-tuning findings: the paper's beside ours"
+FIG3 = "Fig. 3: SR3 training time for fixed work against devices"
+SR3_POINTS = "SR3 points: speed-up, scaling efficiency, throughput and image quality"
 RECORDS = "All records: `tables/records.csv`, `tables/records.parquet`."
 STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}
@@ -58,23 +61,16 @@ class Section:
         return self.table.astype(object).fillna("-").rename_axis(columns=None)
 
     def to_markdown(self) -> str:
-        parts = [f"## {self.title}", self.note]
-        if self.table is not None:
-            parts.append(self.shown().to_markdown(index=False))
-        if self.figure:
-            parts.append(f"![{self.title}](figures/{self.figure})")
-        return "\n\n".join(p for p in parts if p)
+        table = "" if self.table is None else self.shown().to_markdown(index=False)
+        image = self.figure and f"![{self.title}](figures/{self.figure})"
+        return "\n\n".join(p for p in [f"## {self.title}", self.note, table, image] if p)
 
     def to_html(self) -> str:
-        parts = [f"<h2>{html.escape(self.title)}</h2>"]
-        if self.note:
-            parts.append(f'<p class="note">{html.escape(self.note)}</p>')
-        if self.table is not None:
-            parts.append(self.shown().to_html(index=False, border=0))
-        if self.figure:
-            src, alt = html.escape(f"figures/{self.figure}"), html.escape(self.title)
-            parts.append(f'<img src="{src}" alt="{alt}" width="100%">')
-        return "\n".join(parts)
+        note = self.note and f'<p class="note">{html.escape(self.note)}</p>'
+        table = "" if self.table is None else self.shown().to_html(index=False, border=0)
+        src, alt = html.escape(f"figures/{self.figure}"), html.escape(self.title)
+        image = self.figure and f'<img src="{src}" alt="{alt}" width="100%">'
+        return "\n".join(p for p in [f"<h2>{alt}</h2>", note, table, image] if p)
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -103,25 +99,10 @@ def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir:
 <p>All records: <code>tables/records.csv</code>, <code>tables/records.parquet</code>.</p>
 </body></html>
 """
-    with atomic_open(report_dir / "report.md") as handle:
-        handle.write(markdown + "\n")
-    with atomic_open(report_dir / "index.html") as handle:
-        handle.write(page)
+    for name, text in (("report.md", markdown + "\n"), ("index.html", page)):
+        with atomic_open(report_dir / name) as handle:
+            handle.write(text)
     return report_dir / "index.html"
-
-
-def _ptq(records: pd.DataFrame, ours: pd.DataFrame, published: pd.DataFrame) -> list[Section]:
-    """Table 1 (ours, then published), Fig. 1 and the trade-off figure, where PTQ ran."""
-    if ours.empty:
-        return []
-    quantized = records[records["stage"] == "quantized"]
-    who = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
-    return [
-        Section(f"Table 1, ours ({who} data): mixed-precision PTQ", TABLE1_NOTE, ours),
-        Section(PUBLISHED_TITLE, PUBLISHED_NOTE, tables.published_table1(published)),
-        Section("Fig. 1: pruning sensitivity, tasks side by side", figure="sensitivity.png"),
-        Section("Quality against compression", TRADEOFF_NOTE, figure="tradeoff.png"),
-    ]
 
 
 def _finetune(records: pd.DataFrame, folder: Path) -> list[Section]:
@@ -135,22 +116,10 @@ def _finetune(records: pd.DataFrame, folder: Path) -> list[Section]:
         return []
     methods = "; ".join(m for m in runs["peak_memory_method"].dropna().unique() if m)
     return [
-        Section(
-            "Fig. 2a: fine-tuning throughput and time for fixed work against cards",
-            finetune.FIGURE_NOTE,
-            figure=finetune.FIGURES[0],
-        ),
+        Section(FIG2A, finetune.FIGURE_NOTE, figure=finetune.FIGURES[0]),
         Section("Fig. 2b: DDP vs ZeRO-3 vs FSDP for one model", figure=finetune.FIGURES[1]),
-        Section(
-            "Fine-tuning points: speed-up, scaling efficiency, planned and measured memory",
-            f"{finetune.TABLE_NOTE} Peak measured as: {methods or '-'}.",
-            table,
-        ),
-        Section(
-            "Fine-tuning findings: the paper's beside ours",
-            finetune.note(runs),
-            finetune.findings(points),
-        ),
+        Section(POINTS, f"{finetune.TABLE_NOTE} Peak measured as: {methods or '-'}.", table),
+        Section(FINDINGS, finetune.note(runs), finetune.findings(points)),
     ]
 
 
@@ -162,20 +131,11 @@ def _diffusion(records: pd.DataFrame, folder: Path) -> list[Section]:
     diffusion.write_figures(runs, folder / "report" / "figures")
     if runs.empty:
         return []
+    scaling, samples = diffusion.FIGURES
     return [
-        Section(
-            "Fig. 3: SR3 training time for fixed work against devices",
-            diffusion.note(runs),
-            figure=diffusion.FIGURES[0],
-        ),
-        Section(
-            "SR3 points: speed-up, scaling efficiency, throughput and image quality",
-            diffusion.TABLE_NOTE,
-            table,
-        ),
-        Section(
-            "SR3 samples: held-out images", diffusion.SAMPLES_NOTE, figure=diffusion.FIGURES[1]
-        ),
+        Section(FIG3, diffusion.note(runs), figure=scaling),
+        Section(SR3_POINTS, diffusion.TABLE_NOTE, table),
+        Section("SR3 samples: held-out images", diffusion.SAMPLES_NOTE, figure=samples),
     ]
 
 
@@ -196,21 +156,29 @@ def build_report(
     published = load_published()
     write_records(records, out)
     baseline = tables.baseline_table(records, published)
-    write_csv(baseline, out / "baseline.csv")
     ours = tables.table1(records, [tables.bits_label(b) for b in bit_lists])
-    write_csv(ours, out / "table1.csv")
-    write_csv(tables.published_table1(published), out / "table1_published.csv")
+    theirs = tables.published_table1(published)
+    for table, name in [(baseline, "baseline"), (ours, "table1"), (theirs, "table1_published")]:
+        write_csv(table, out / f"{name}.csv")
     figures.save(figures.baseline_figure(records), figure / "baseline.png")
     sensitive = collect_sensitivity(sensitivity, assignments)
-    why_not = "no sensitivity tables in this study" if sensitive.empty else ""
+    why_not = "no sensitivity tables in this study"
     figures.draw(figure / "sensitivity.png", why_not, figures.fig1, sensitive, calibration or {})
     points = tables.tradeoff_points(records, published)
-    why_not = "no quantized records in this study" if points.empty else ""
+    why_not = "no quantized records in this study"
     figures.draw(figure / "tradeoff.png", why_not, figures.tradeoff_figure, points)
+    quantized = records[records["stage"] == "quantized"]
+    who = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
+    ptq = [  # Table 1 (ours, then published), Fig. 1 and the trade-off figure, where PTQ ran
+        Section(f"Table 1, ours ({who} data): mixed-precision PTQ", TABLE1_NOTE, ours),
+        Section(PUBLISHED, PUBLISHED_NOTE, theirs),
+        Section("Fig. 1: pruning sensitivity, tasks side by side", figure="sensitivity.png"),
+        Section("Quality against compression", TRADEOFF_NOTE, figure="tradeoff.png"),
+    ]
     standin = STANDIN_NOTE if (records["data"] == "stand-in").any() else ""
     sections = [
         Section("Baseline (FP32) beside the published numbers", standin, baseline, "baseline.png"),
-        *_ptq(records, ours, published),
+        *([] if ours.empty else ptq),
         *_finetune(records, results_dir),
         *_diffusion(records, results_dir),
     ]

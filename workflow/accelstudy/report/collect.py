@@ -17,6 +17,7 @@ WHAT = ("study", "stage", "system", "device", "model", "task", "method")
 POINT_KEYS = ("strategy", "attention", "cards", "devices", "repeat")
 MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 NAN = float("nan")
+Files = Iterable[str | Path]
 
 
 def flatten(record: dict) -> dict:
@@ -49,15 +50,13 @@ def flatten(record: dict) -> dict:
     return row
 
 
-def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
+def collect_records(paths: Files) -> pd.DataFrame:
     """One row per record, with its path (files written beside it, such as SR3 samples)."""
     paths = sorted(map(str, paths))
     return pd.DataFrame([{**flatten(json.loads(Path(p).read_text())), "record": p} for p in paths])
 
 
-def collect_sensitivity(
-    tables: Iterable[str | Path], assignments: Iterable[str | Path]
-) -> pd.DataFrame:
+def collect_sensitivity(tables: Files, assignments: Files) -> pd.DataFrame:
     """Sensitivity tables with the bits each bit list assigned (model, task from the paths)."""
     specs: dict[tuple[str, str], list[dict]] = {}
     for path in map(Path, assignments):
@@ -85,6 +84,13 @@ def _assigned(spec: dict, name: str, layer: int) -> int:
 def joined(values: Iterable[str]) -> str:
     """The distinct values in order of appearance, as "a, b"."""
     return ", ".join(dict.fromkeys(values))
+
+
+def ours_note(runs: pd.DataFrame, ours: str, unit: str, standin: str, *after: str) -> str:
+    """What our numbers are: `ours`, then what CPU `unit`s and stand-in data mean where used."""
+    cpu = f"A {unit} is a CPU process (gloo), not an accelerator."
+    said = {cpu: runs["device"].eq("cpu").any(), standin: runs["data"].eq("stand-in").any()}
+    return " ".join([ours, *(text for text, used in said.items() if used), *after])
 
 
 def load_published() -> pd.DataFrame:

@@ -1,14 +1,10 @@
-"""`accelstudy compare RUN... --out DIR`: runs of one study at several sites, side by side.
-
-Records meet only where both measured the same work: every key but the systems' precision,
-the repeat and run-derived values (see NOT_WORK), so stand-in data never meets real data.
-Every record without a counterpart is listed with the keys that differ.
-"""
+"""`accelstudy compare RUN... --out DIR`: runs of one study at several sites, side by side. Records
+meet only where both measured the same work (all keys but NOT_WORK); the others say what differs."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +22,13 @@ from accelstudy.report.figures import save
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
 # what a system is compared on, the repeat, and what a run derives: not part of the work
 NOT_WORK = ("repeat", "dtype", "settings.dtype", "data.file", "assignment", "data.normalisation")
-# the coordinates of a point (an evaluation's, then a fine-tuning or SR3 point's): a record
-# whose work differs is matched to these to say why
+# a point's coordinates (evaluation, then fine-tuning/SR3): unmatched work is told against these
 EVALUATION = ["stage", "model", "task", "protocol", "method", "recipe"]
 POINT = [*EVALUATION, "strategy", "attention", "cards", "devices"]
 # per stage, the numbers a ratio compares (the record's primary metric is added)
-SPEEDS = {
-    "baseline": ["tokens_per_s"],
-    "quantized": ["tokens_per_s"],
-    "finetune": ["tokens_per_s", "metric_samples_per_s"],
-    "diffusion": ["metric_images_per_s", "metric_train_runtime_s"],
-}
+SPEEDS = {stage: ["tokens_per_s"] for stage in STAGES[:2]}
+SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s"]
+SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s"]
 ROWS = ["model", "data", "task", "metric"]  # Table 1's rows
 RATIOS = ["part", "quantity", "system", "reference", "ratio", "points", "min", "max", "repeats"]
 # a record's table columns: what it is, and where it comes from
@@ -87,8 +79,7 @@ def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:
         record = json.loads(path.read_text())
         if not isinstance(record, dict) or "stage" not in record or "provenance" not in record:
             continue
-        version = record.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if (version := record.get("schema_version")) != SCHEMA_VERSION:
             raise CompareError(
                 f"{path}: record schema version {version or 'none'}, but this accelstudy "
                 f"reads version {SCHEMA_VERSION}; re-run that study with this code"
@@ -124,12 +115,7 @@ def load(runs: Iterable[Path]) -> pd.DataFrame:
             }
             rows.append(row)
     records = pd.DataFrame(rows)
-    check_systems(records)
-    return records
-
-
-def check_systems(records: pd.DataFrame) -> None:
-    """Runs that call their system by one name must describe one machine."""
+    # runs that call their system by one name must describe one machine
     for system, part in records.groupby("system"):
         machines = part.drop_duplicates(["accelerator", "memory_per_card_gb"])
         if len(machines) > 1:
@@ -141,6 +127,7 @@ def check_systems(records: pd.DataFrame) -> None:
                 f"runs name the same system '{system}' but different machines ({said}); give "
                 "each machine its own config/systems file and re-run one of them"
             )
+    return records
 
 
 def split(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -153,27 +140,21 @@ def split(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         if others.empty:
             reasons.append(f"no other system measured {row.stage} {row.point}")
             continue
-        mine = json.loads(row.work)
-        diffs = [_differences(mine, json.loads(w)) for w in others["work"].unique()]
+        mine, diffs = json.loads(row.work), []
+        for theirs in map(json.loads, others["work"].unique()):
+            keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            diffs.append([f"{k}: {mine.get(k)} here, {theirs.get(k)} there" for k in keys])
         reasons.append("; ".join(min(diffs, key=len)))
     left = alone.assign(reason=reasons)[[*WHAT, *TRACE[:2], "reason"]]
     return matched, left.reset_index(drop=True)
 
 
-def _differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
-    differ = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
-    return [f"{k}: {mine.get(k)} here, {theirs.get(k)} there" for k in differ]
-
-
-def _quantities(records: pd.DataFrame) -> list[tuple[str, str, str | None]]:
+def _quantities(records: pd.DataFrame) -> Iterator[tuple[str, str, str | None]]:
     """(stage, column, metric) per ratio: each stage's speeds, each metric's values apart."""
-    out: list[tuple[str, str, str | None]] = []
     for stage in STAGES:
-        part = records[records["stage"] == stage]
-        out += [(stage, column, None) for column in SPEEDS[stage] if not part.empty]
-        if stage in STAGES[:2]:
-            out += [(stage, "value", metric) for metric in part["metric"].dropna().unique()]
-    return out
+        yield from ((stage, column, None) for column in SPEEDS[stage])
+        metrics = records[records["stage"] == stage]["metric"].dropna().unique()
+        yield from ((stage, "value", m) for m in metrics if stage in STAGES[:2])
 
 
 def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
@@ -182,13 +163,12 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
     rows = []
     for stage, column, metric in _quantities(ok):
         part = ok[(ok["stage"] == stage) & ((ok["metric"] == metric) if metric else True)]
-        if column not in part or part[column].isna().all():
+        systems = set(part["system"])
+        if column not in part or part[column].isna().all() or reference not in systems:
             continue
         per_point = part.groupby(["work", "system"])[column].agg(["median", "size"]).unstack()
         quantity = f"{metric} (metric)" if metric else column.removeprefix("metric_")
-        for other in sorted(set(part["system"]) - {reference}):
-            if reference not in per_point["median"] or other not in per_point["median"]:
-                continue
+        for other in sorted(systems - {reference}):
             both = per_point.dropna(subset=[("median", reference), ("median", other)])
             ratio = both[("median", other)] / both[("median", reference)]
             repeats = f"{both[('size', other)].median():g} / {both[('size', reference)].median():g}"
@@ -211,20 +191,18 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     matched, left_out = split(records)
     ratio = ratios(matched, reference)
     out = Path(out)
-    folder = out / "figures"
     write_records(records, out / "tables")
     write_csv(matched[PROVENANCE], out / "tables" / "matched.csv")
     write_csv(left_out, out / "tables" / "left_out.csv")
     write_csv(ratio, out / "tables" / "ratios.csv")
-    commits = ("git_commit", joined)
     sites = records.groupby(["run", "system", "accelerator"], sort=False)
-    sites = sites.agg(records=("record", "size"), commits=commits).reset_index()
+    sites = sites.agg(records=("record", "size"), commits=("git_commit", joined)).reset_index()
     sections = [
         Section("Runs", "", sites),
         Section(f"Ratios against {reference}", NOTE, ratio),
-        *_ptq(matched, folder),
-        *_finetune(matched, folder),
-        *_diffusion(matched, folder),
+        *_ptq(matched, out / "figures"),
+        *_finetune(matched, out / "figures"),
+        *_diffusion(matched, out / "figures"),
         Section(LEFT_OUT, "", left_out.drop(columns=["run"])),
     ]
     counts = f"{len(matched)} matched, {len(left_out)} left out"
@@ -244,9 +222,8 @@ def _ptq(matched: pd.DataFrame, folder: Path) -> list[Section]:
     ours = {system: tables.table1(part) for system, part in by_system}
     ours = [t.set_index(ROWS).add_prefix(f"{s}: ") for s, t in ours.items() if not t.empty]
     table1 = pd.concat(ours, axis=1).reset_index()
-    points = pd.concat(
-        [tables.tradeoff_points(part, published).assign(system=s) for s, part in by_system]
-    )
+    points = [tables.tradeoff_points(part, published).assign(system=s) for s, part in by_system]
+    points = pd.concat(points)
     points = points[points["panel"].str.startswith("ours")]
     style = {"hue": "system", "style": "bit list", "col": "task", "kind": "scatter", "s": 90}
     grid = sns.relplot(points, x="compression", y="value", facet_kws={"sharey": False}, **style)

@@ -1,5 +1,4 @@
-"""Part 3 in the report: Fig. 3, a table of our strong-scaling points and held-out images. Our
-minutes are a small model's, not the paper's: ours appear only as speed-up over one device."""
+"""Part 3 of the report: Fig. 3 (ours as speed-up only), strong-scaling points, held-out images."""
 
 from __future__ import annotations
 
@@ -11,16 +10,15 @@ import pandas as pd
 import seaborn as sns
 
 from accelstudy.paths import RESOURCES
-from accelstudy.report.collect import joined
-from accelstudy.report.figures import SPREAD, placeholder, save
+from accelstudy.report.collect import joined, ours_note
+from accelstudy.report.figures import SPREAD, draw
 
 KEYS = ["system", "devices"]
 FIGURES = ("diffusion_scaling.png", "diffusion_samples.png")
-PANEL = ("lr", "sr", "bicubic", "hr")
-TITLES = ("low-res input", "SR3 output", "bicubic", "truth")
+PANEL = {"lr": "low-res input", "sr": "SR3 output", "bicubic": "bicubic", "hr": "truth"}
 # the table's columns, in groups: the point, time, speed, compute, image quality, the rest
 POINT = {k: k for k in [*KEYS, "status", "repeats", "data"]}
-TIME = {"minutes": "training minutes", "images_trained": "images trained"}
+TIME = {"minutes": "training minutes", "images_processed": "images trained"}
 SPEED = {"images_per_s": "images/s", "speedup": "speed-up", "efficiency": "scaling efficiency"}
 COMPUTE = {"gflop": "GFLOP per image", "gflops": "achieved GFLOP/s", "parameters": "parameters"}
 SR = {"psnr_sr": "PSNR SR (dB)", "ssim_sr": "SSIM SR"}
@@ -46,18 +44,26 @@ PANELS = [
 ]
 
 
+def scaling(frame: pd.DataFrame, by: str, ran: pd.DataFrame | None = None) -> pd.DataFrame:
+    """With speed-up over its `by` group's median 1-device minutes (in `ran`), and efficiency."""
+    ran = frame if ran is None else ran
+    one = ran[ran["devices"] == 1].groupby(by)["minutes"].median()
+    speedup = frame[by].map(one) / frame["minutes"]
+    return frame.assign(speedup=speedup, efficiency=speedup / frame["devices"])
+
+
 def diffusion_runs(records: pd.DataFrame) -> pd.DataFrame:
     """A row per SR3 record: minutes, speed-up over its system's one device, its samples npz."""
     runs = records[records["stage"] == "diffusion"]
+    samples = [Path(r).with_name(f"{Path(r).stem}.samples.npz") for r in runs["record"]]
+    runs = runs.assign(samples=samples)
     if runs.empty:
         return runs
     runs = runs.assign(**{m: runs.get(f"metric_{m}", np.nan) for m in METRICS})
-    samples = [Path(r).with_name(f"{Path(r).stem}.samples.npz") for r in runs["record"]]
     count = {"devices": runs["devices"].astype(int), "repeat": runs["repeat"].astype(int)}
-    runs = runs.assign(**count, minutes=runs["train_runtime_s"] / 60, samples=samples)
+    runs = runs.assign(**count, minutes=runs["train_runtime_s"] / 60)
     runs = runs.sort_values([*KEYS, "repeat"], kind="stable").reset_index(drop=True)
-    base = runs[(runs["status"] == "ok") & (runs["devices"] == 1)].groupby("system")["minutes"]
-    return runs.assign(speedup=runs["system"].map(base.median()) / runs["minutes"])
+    return scaling(runs, "system", runs[runs["status"] == "ok"])
 
 
 def diffusion_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -70,31 +76,21 @@ def diffusion_table(runs: pd.DataFrame) -> pd.DataFrame:
         status=("status", joined), repeats=("status", "size"), data=("data", joined)
     )
     points = points.join(medians).join(ok.groupby(KEYS)["peak"].max()).reset_index()
-    base = points[points["devices"] == 1].set_index("system")["minutes"]
-    speedup = points["system"].map(base) / points["minutes"]
-    points = points.assign(
-        images_trained=points["images_processed"],
-        speedup=speedup,
-        efficiency=speedup / points["devices"],
-        gflop=points["flops_per_image"] / 1e9,
-        gflops=points["achieved_flops_per_s"] / 1e9,
-    )
+    gflop, gflops = points["flops_per_image"] / 1e9, points["achieved_flops_per_s"] / 1e9
+    points = scaling(points, "system").assign(gflop=gflop, gflops=gflops)
     counts = {"images trained": "Int64", "parameters": "Int64"}
     return points[list(COLUMNS)].rename(columns=COLUMNS).round(3).astype(counts)
 
 
 def published() -> pd.DataFrame:
     """The paper's minutes (Fig. 3), with each accelerator's speed-up against its own 1."""
-    minutes = pd.read_csv(RESOURCES / "diffusion_minutes.csv")
-    one = minutes[minutes["devices"] == 1].set_index("device")["minutes"]
-    speedup = minutes["device"].map(one) / minutes["minutes"]
-    return minutes.assign(speedup=speedup, efficiency=speedup / minutes["devices"])
+    return scaling(pd.read_csv(RESOURCES / "diffusion_minutes.csv"), "device")
 
 
 def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
     """The published minutes (linear, log-log); speed-up and efficiency, theirs and ours."""
     ok = runs[runs["status"] == "ok"].dropna(subset=["speedup"])
-    ok = ok.assign(who="ours: " + ok["system"], efficiency=ok["speedup"] / ok["devices"])
+    ok = ok.assign(who="ours: " + ok["system"])
     ours = dict(zip(dict.fromkeys(ok["who"]), ["black", *sns.color_palette("Dark2")], strict=False))
     lines = {"hue": "who", "palette": ours, "marker": "s", "err_style": "bars", "linewidth": 2.5}
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
@@ -122,14 +118,15 @@ def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def samples_figure(run: pd.Series, rows: int = 4) -> plt.Figure:
-    """Held-out images of the run, PSNR per image (range 2: images in [-1, 1], as scored)."""
+def samples_figure(runs: pd.DataFrame, rows: int = 4) -> plt.Figure:
+    """Held-out images of the first run, PSNR per image (range 2: images in [-1, 1], as scored)."""
+    run = runs.iloc[0]
     with np.load(run["samples"]) as npz:
         images = {k: npz[k][:rows, 0] for k in PANEL}
     count = len(images["hr"])
     fig, axes = plt.subplots(count, 4, squeeze=False, figsize=(10, 2.6 * count + 0.6))
     for i, row in enumerate(axes):
-        for ax, key, title in zip(row, PANEL, TITLES, strict=True):
+        for ax, (key, title) in zip(row, PANEL.items(), strict=True):
             image, truth = images[key][i], images["hr"][i]
             ax.imshow(image, cmap="inferno", vmin=-1, vmax=1, interpolation="nearest")
             ax.set_axis_off()
@@ -145,32 +142,22 @@ def samples_figure(run: pd.Series, rows: int = 4) -> plt.Figure:
 
 def note(runs: pd.DataFrame) -> str:
     """What our numbers are, so no one reads our minutes against the paper's."""
-    parts = [
+    return ours_note(
+        runs,
         f"Ours: SR3 with {runs['parameters'].max() / 1e6:.2f} M parameters on "
-        f"{joined(runs['system'])}; the paper's UNet is far larger and "
-        "trained on accelerators, so our minutes are not theirs: ours appear only "
-        "normalised to our own single-device time."
-    ]
-    if runs["device"].eq("cpu").any():
-        parts.append("A device is a CPU process (gloo), not an accelerator.")
-    if runs["data"].eq("stand-in").any():
-        parts.append(
-            "The data is a stand-in (a Gaussian random field with a dust-like power "
-            "spectrum), not PySM maps."
-        )
-    return " ".join(parts)
+        f"{joined(runs['system'])}; the paper's UNet is far larger and trained on accelerators, "
+        "so our minutes are not theirs: ours appear only normalised to our own single-device time.",
+        "device",
+        "The data is a stand-in (a Gaussian random field with a dust-like power spectrum), not "
+        "PySM maps.",
+    )
 
 
 def write_figures(runs: pd.DataFrame, folder: Path) -> None:
     """Fig. 3 and the samples, or placeholders saying why (the rule declares both)."""
-    if runs.empty:
-        for name in FIGURES:
-            placeholder(folder / name, "no diffusion records in this study")
-        return
-    save(fig3(runs, published()), folder / FIGURES[0])
+    none = "no diffusion records in this study"
+    draw(folder / FIGURES[0], none, fig3, runs, published())
     sampled = runs["samples"].map(lambda p: p.is_file() and p.stat().st_size > 0)
     found = runs[(runs["status"] == "ok") & sampled]
-    if found.empty:
-        placeholder(folder / FIGURES[1], "no SR3 samples: no point ran")
-    else:
-        save(samples_figure(found.iloc[0]), folder / FIGURES[1])
+    why_not = none if runs.empty else "no SR3 samples: no point ran"
+    draw(folder / FIGURES[1], why_not, samples_figure, found)

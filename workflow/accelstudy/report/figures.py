@@ -16,8 +16,7 @@ import seaborn as sns
 from accelstudy.report.tables import bit_order
 from accelstudy.tasks import TASK_NAMES, TASKS
 
-# the median of the repeats, error bars min-max
-SPREAD = {"estimator": "median", "errorbar": ("pi", 100)}
+SPREAD = {"estimator": "median", "errorbar": ("pi", 100)}  # median of the repeats, bars min-max
 
 
 def save(fig: plt.Figure, out: Path) -> Path:
@@ -28,17 +27,14 @@ def save(fig: plt.Figure, out: Path) -> Path:
     return out
 
 
-def placeholder(out: Path, text: str) -> Path:
-    """A figure that says why there is nothing to show (the rule declares it regardless)."""
+def draw(out: Path, why_empty: str, make: Callable[..., plt.Figure], data: Any, *args: Any) -> Path:
+    """make(data, *args), or (the rule declares it regardless) a figure saying why data is empty."""
+    if not data.empty:
+        return save(make(data, *args), out)
     fig, ax = plt.subplots(figsize=(6, 1))
     ax.set_axis_off()
-    ax.text(0.5, 0.5, text, ha="center", va="center")
+    ax.text(0.5, 0.5, why_empty, ha="center", va="center")
     return save(fig, out)
-
-
-def draw(out: Path, why_not: str, make: Callable[..., plt.Figure], *args: Any) -> Path:
-    """The figure make(*args) draws, or a placeholder saying `why_not` where that is set."""
-    return placeholder(out, why_not) if why_not else save(make(*args), out)
 
 
 def baseline_figure(records: pd.DataFrame) -> plt.Figure:
@@ -57,16 +53,6 @@ def baseline_figure(records: pd.DataFrame) -> plt.Figure:
         ax.set_xlabel("")
         ax.tick_params(axis="x", labelsize=8)
     return fig
-
-
-def score_label(task: str) -> str:
-    """What pruning costs on the task's metric: an increase where lower is better, else a drop."""
-    metric = TASKS[task].metric
-    return f"{metric.name} {'increase' if metric.lower_is_better else 'drop'}"
-
-
-def calibration_text(task: str, limit: int | None) -> str:
-    return f"calibration: {'all' if limit is None else limit} {TASKS[task].calibration_unit}"
 
 
 def _grid(frame: pd.DataFrame, by: str, rows: list[str], size: tuple[float, float]) -> tuple:
@@ -89,15 +75,17 @@ def fig1(frame: pd.DataFrame, calibration: Mapping[str, int | None]) -> plt.Figu
     """Fig. 1: a row per model, tasks side by side; colour: the bits each bit list assigned."""
     fig, panels = _grid(frame, "model", sorted(frame["model"].unique()), (6.5, 4.2))
     for ax, model, task, part in panels:
+        spec, limit = TASKS[task], calibration.get(task)
+        cost = f"{spec.metric.name} {'increase' if spec.metric.lower_is_better else 'drop'}"
+        sample = f"calibration: {'all' if limit is None else limit} {spec.calibration_unit}"
         levels = sorted(part["bits"].unique(), key=lambda b: [-int(x) for x in b.split(" / ") if x])
         palette = dict(zip(levels, sns.color_palette("viridis", len(levels)), strict=True))
         bars = {"hue": "bits", "hue_order": levels, "palette": palette, "dodge": False}
         sns.barplot(data=part, x="name", y="score", ax=ax, **bars)
         ax.legend(title=f"bits under {part['bit_lists'].iloc[0]}", fontsize=7, title_fontsize=7)
-        ax.set(xlabel="pruned target", ylabel=f"sensitivity: {score_label(task)}")
+        ax.set(xlabel="pruned target", ylabel=f"sensitivity: {cost}")
         ax.tick_params(axis="x", rotation=90, labelsize=7)
-        sample = calibration_text(task, calibration.get(task))
-        ax.set_title(f"{model}, {task}: {score_label(task)} when pruned\n{sample}", fontsize=10)
+        ax.set_title(f"{model}, {task}: {cost} when pruned\n{sample}", fontsize=10)
     return fig
 
 
@@ -107,15 +95,13 @@ def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
     palette = {"FP32": "black", **dict(zip(lists, sns.color_palette("tab10"), strict=False))}
     styles = list(dict.fromkeys(["FP32", *points["recipe / system"]]))
     markers = dict(zip(styles, "*oXs^DvPp", strict=False))
+    dots = dict(x="compression", y="value", hue="bit list", style="recipe / system", s=90)
     fig, panels = _grid(points, "panel", list(dict.fromkeys(points["panel"])), (5.5, 4))
     for ax, panel, task, part in panels:
         for value in part[part["bit list"] == "FP32"]["value"][:1]:
             ax.axhline(value, ls=":", c="grey", label="FP32 level")
         hues = [b for b in palette if b in set(part["bit list"])]
-        style = {"style": "recipe / system", "markers": markers, "s": 90, "palette": palette}
-        sns.scatterplot(
-            data=part, x="compression", y="value", hue="bit list", hue_order=hues, ax=ax, **style
-        )
+        sns.scatterplot(part, hue_order=hues, palette=palette, markers=markers, ax=ax, **dots)
         ax.set(xlabel="compression ratio (FP32 = 1)", ylabel=part["metric"].iloc[0])
         ax.set_title(f"{task}: {panel}", fontsize=10)
         ax.legend(fontsize=7)

@@ -1,20 +1,18 @@
-"""Part 2 in the report: Fig. 2, a table of points (speed-up, efficiency, planned vs measured
-memory) and the paper's findings beside ours. Points that did not run are holes to show."""
+"""Part 2 of the report: Fig. 2 (holes shown), the points table, the paper's findings and ours."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from accelstudy.report.collect import joined
+from accelstudy.report.collect import joined, ours_note
 from accelstudy.report.figures import SPREAD, draw
 
 STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
-ATTENTIONS = ("fused", "eager")
+ATTENTIONS = ["fused", "eager"]
 HOLES = {"does-not-fit": "does not fit", "predicted-does-not-fit": "predicted not to fit"}
 KEYS = ["system", "model", "strategy", "attention", "cards"]
 ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
@@ -78,35 +76,28 @@ def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
 def finetune_points(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per point: medians of the ok repeats, speed-up, planned vs measured memory."""
     ok = runs[runs["status"] == "ok"].groupby(KEYS)
-    ok = ok.agg(
-        tps=("tokens_per_s", "median"),
-        low=("tokens_per_s", "min"),
-        high=("tokens_per_s", "max"),
-        sps=("metric_samples_per_s", "median"),
-        loss=("metric_final_loss", "median"),
-        peak=("metric_peak_memory_bytes", "max"),
-        states=("model_states_rank0", "median"),
-    )
+    tokens = ok["tokens_per_s"].agg(tps="median", low="min", high="max")
+    medians = ok[["metric_samples_per_s", "metric_final_loss", "model_states_rank0"]].median()
+    medians = medians.set_axis(["sps", "loss", "states"], axis=1)
+    peak = ok["metric_peak_memory_bytes"].max().rename("peak")
     points = runs.groupby(KEYS, sort=False).agg(
         status=("status", joined),
         repeats=("status", "size"),
         predicted=("metric_predicted_total", "first"),
         planned=("metric_predicted_model_states", "first"),
     )
-    points = points.join(ok).reset_index()
+    points = points.join([tokens, medians, peak]).reset_index()
     base = points.dropna(subset=["tps"]).groupby(KEYS[:4], sort=False)[["cards", "tps"]].first()
     points = points.join(base.add_suffix("_base"), on=KEYS[:4])
+    points[["peak", "predicted"]] /= 2**30  # GiB and MiB: powers of two, so the ratios stay exact
+    points[["planned", "states"]] /= 2**20
     speedup = points["tps"] / points["tps_base"]
     spread = zip(points["low"], points["high"], strict=True)
     return points.assign(
         spread=[f"{a:.1f}-{b:.1f}" if pd.notna(a) else "-" for a, b in spread],
         speedup=speedup,
         efficiency=speedup / (points["cards"] / points["cards_base"]),
-        peak=points["peak"] / 2**30,
-        predicted=points["predicted"] / 2**30,
         ratio=points["peak"] / points["predicted"],
-        planned=points["planned"] / 2**20,
-        states=points["states"] / 2**20,
         states_ratio=points["states"] / points["planned"],
     )
 
@@ -120,21 +111,17 @@ def _say(template: str, rows: pd.DataFrame) -> str:
     return "; ".join(template.format_map(r) for _, r in rows.iterrows())
 
 
-def _cards(n: float) -> str:
-    return f"{n:.0f} card{'s' if n != 1 else ''}"
-
-
 def findings(points: pd.DataFrame) -> pd.DataFrame:
     """The paper's findings, each beside ours from the points (empty: no fine-tuning)."""
     if points.empty:
         return pd.DataFrame()
     place, why = points["model"] + " on " + points["system"], points["status"].replace(HOLES)
-    points = points.assign(place=place, n=points["cards"].map(_cards), why=why)
+    n = points["cards"].map(lambda n: f"{n:.0f} card{'s' if n != 1 else ''}")
+    points = points.assign(place=place, n=n, why=why)
     ran = points.dropna(subset=["tps"])
     ddp = ran[(ran["strategy"] == "DDP") & (ran["cards"] > ran["cards_base"])]
     ddp = ddp[ddp["cards"] == ddp.groupby(KEYS[:4])["cards"].transform("max")]
-    pairs = ran.pivot_table("tps", ["system", "model", "strategy", "cards"], "attention")
-    pairs = pairs.reindex(columns=list(ATTENTIONS))
+    pairs = ran.pivot_table("tps", [*KEYS[:3], "cards"], "attention").reindex(columns=ATTENTIONS)
     gain = (pairs["fused"] / pairs["eager"] - 1).dropna()
     spread = f"median of {len(gain)} points, {gain.min():+.0%} to {gain.max():+.0%}"
     attention = f"fused {gain.median():+.0%} against eager ({spread})"
@@ -150,26 +137,20 @@ def findings(points: pd.DataFrame) -> pd.DataFrame:
         _say(SAY["hole"], points[points["tps"].isna()]) or "every point ran",
         "; ".join(systems) or f"one system in this study ({joined(points['system'])})",
     ]
-    paper = {"finding": list(PAPER), "paper (Gaudi)": list(PAPER.values())}
-    return pd.DataFrame({**paper, "ours": ours})
+    return pd.DataFrame(list(PAPER.items()), columns=["finding", "paper (Gaudi)"]).assign(ours=ours)
 
 
 def note(runs: pd.DataFrame) -> str:
     """What our numbers are, so no one reads them against the paper's in absolute terms."""
-    parts = [f"Ours: {joined(runs['model'])} on {joined(runs['system'])}."]
-    if runs["device"].eq("cpu").any():
-        parts.append("A card is a CPU process (gloo), not an accelerator.")
-    if runs["data"].eq("stand-in").any():
-        parts.append(
-            "The training data is a stand-in (real text in the instruction/output "
-            "shape), not the authors' psychology set."
-        )
-    parts.append(
-        "The paper fine-tuned Llama-3.1-8B, Gemma-2-27B and Llama-3.3-70B on "
-        "Gaudi1/2/3: compare trends (scaling, the order of strategies, what fits), "
-        "not absolute numbers."
+    return ours_note(
+        runs,
+        f"Ours: {joined(runs['model'])} on {joined(runs['system'])}.",
+        "card",
+        "The training data is a stand-in (real text in the instruction/output shape), not the "
+        "authors' psychology set.",
+        "The paper fine-tuned Llama-3.1-8B, Gemma-2-27B and Llama-3.3-70B on Gaudi1/2/3: compare "
+        "trends (scaling, the order of strategies, what fits), not absolute numbers.",
     )
-    return " ".join(parts)
 
 
 def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
@@ -177,35 +158,30 @@ def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
     return dict(zip(dict.fromkeys(runs["strategy"]), sns.color_palette("tab10"), strict=False))
 
 
-def mark_holes(
-    ax: plt.Axes, holes: pd.DataFrame, xs: Sequence[float], palette: dict, vertical: bool = False
-) -> None:
-    """An x at the bottom per point that did not run, labelled why (upright in a bar slot)."""
+def mark_holes(ax: plt.Axes, holes: pd.DataFrame, palette: dict, vertical: bool = False) -> None:
+    """An x at the bottom (at column x) per point that did not run, labelled why (upright: bars)."""
     bottom, (left, right) = ax.get_xaxis_transform(), ax.get_xlim()
     at_bottom = {"transform": bottom, "clip_on": False, "zorder": 5}
-    label = {"xycoords": bottom, "textcoords": "offset points", "fontsize": 7}
-    for k, ((_, r), at) in enumerate(zip(holes.iterrows(), xs, strict=True)):
+    label = dict(xycoords=bottom, textcoords="offset points", fontsize=7, rotation=90 * vertical)
+    for k, (at, (_, r)) in enumerate(zip(holes["x"], holes.iterrows(), strict=True)):
         colour = palette[r["strategy"]]
         ax.scatter([at], [0.02], marker="x", s=60, color=colour, **at_bottom)
         side = -1 if (at - left) / (right - left) > 0.6 else 1
         ha = "center" if vertical else "left" if side > 0 else "right"
         offset = (0, 8) if vertical else (5 * side, 4 + 10 * k)
         text = f"{r['strategy']} {r['attention']}: {HOLES.get(r['status'], r['status'])}"
-        turn = 90 if vertical else 0
-        ax.annotate(text, (at, 0.02), xytext=offset, color=colour, rotation=turn, ha=ha, **label)
+        ax.annotate(text, (at, 0.02), xytext=offset, color=colour, ha=ha, **label)
 
 
 def _one_legend(fig: plt.Figure, beside: plt.Axes) -> None:
     """One legend for all panels, right of the top-right one, so none hides a point."""
     found = [ax for ax in fig.axes if ax.get_legend()]
     if found:
-        handles, labels = found[0].get_legend_handles_labels()
         title = found[0].get_legend().get_title().get_text()
         for ax in found:
             ax.get_legend().remove()
-        beside.legend(
-            handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8
-        )
+        place = dict(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, title=title)
+        beside.legend(*found[0].get_legend_handles_labels(), **place)
 
 
 def _panel(frame: pd.DataFrame, system: str, model: str) -> pd.DataFrame:
@@ -216,6 +192,7 @@ def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
     """Tokens/s and seconds per WORK samples against cards, a column per (system, model)."""
     panels = list(dict.fromkeys(zip(runs["system"], runs["model"], strict=True)))
     palette = _palette(runs)
+    lines = {"hue": "strategy", "style": "attention", "markers": True, "err_style": "bars"}
     fig, axes = plt.subplots(2, len(panels), squeeze=False, figsize=(5.5 * len(panels), 8))
     for column, (system, model) in zip(axes.T, panels, strict=True):
         part, holes = _panel(runs, system, model), _panel(points, system, model)
@@ -223,18 +200,12 @@ def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
         labels = ("tokens / s", f"seconds per {WORK:,} samples")
         for ax, y, label in zip(column, ("tokens_per_s", "seconds"), labels, strict=True):
             if not ok.empty:
-                lines = {
-                    "hue": "strategy",
-                    "style": "attention",
-                    "markers": True,
-                    "err_style": "bars",
-                }
                 sns.lineplot(ok, x="cards", y=y, palette=palette, ax=ax, **lines, **SPREAD)
             cards = sorted(part["cards"].unique())
             pad = max(0.5, 0.06 * (cards[-1] - cards[0]))
             ax.set(xlabel="cards", ylabel=label, title=f"{model} on {system}", xticks=cards)
             ax.set(xlim=(cards[0] - pad, cards[-1] + pad), ylim=(0, None))
-            mark_holes(ax, holes, holes["cards"].tolist(), palette)
+            mark_holes(ax, holes.assign(x=holes["cards"]), palette)
     _one_legend(fig, axes[0, -1])
     return fig
 
@@ -267,13 +238,12 @@ def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
         holes = holes[(holes["attention"] == attention) & holes["tps"].isna()]
         slots = zip(holes["cards"], holes["strategy"], strict=True)
         xs = [cards.index(c) - 0.4 + width * (strategies.index(s) + 0.5) for c, s in slots]
-        mark_holes(ax, holes, xs, palette, vertical=True)
+        mark_holes(ax, holes.assign(x=xs), palette, vertical=True)
     _one_legend(fig, axes[0, -1])
     return fig
 
 
 def write_figures(runs: pd.DataFrame, points: pd.DataFrame, folder: Path) -> None:
     """Fig. 2a and 2b, or placeholders saying why (the rule declares them in every study)."""
-    why_not = "no fine-tuning records in this study" if runs.empty else ""
     for name, make in zip(FIGURES, (fig2a, fig2b), strict=True):
-        draw(folder / name, why_not, make, runs, points)
+        draw(folder / name, "no fine-tuning records in this study", make, runs, points)

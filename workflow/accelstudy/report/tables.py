@@ -11,8 +11,7 @@ PAPER_BITS = ["[16,8,4]", "[8,8,4]", "[8,4,4]"]
 # the real recipes (ours by name, the published by method key) as the paper labels them
 RECIPE_LABELS = {"fake": "simulated", "nvidia": "FP16/INT8", "fp8": "BF16/FP8", "bf16": "BF16"}
 PUBLISHED_REAL = {"bf16-fp8": "BF16/FP8", "fp16-int8": "FP16/INT8"}
-# BoolQ under the authors' protocol: the Gaudi scripts break ties "no", the A100 ones "yes"
-TIE_RULES = {"Gaudi2": "no", "A100": "yes"}
+TIE_RULES = {"Gaudi2": "no", "A100": "yes"}  # how the authors' BoolQ scripts break ties
 TIED_TASKS = {"boolq"}
 # STUDY.md: these runs gave the leftover layer to the first groups (8/7/7), all others to the last
 SPLITS_8_7_7 = {("Gaudi2", "hellaswag"), ("Gaudi2", "boolq")}
@@ -52,10 +51,8 @@ def metric_rows(record: pd.Series) -> list[tuple[str, float, str | None]]:
     """(label, shown value, the published system beside it; None: all) per record number."""
     ties = {s: record.get(f"metric_acc_ties_{rule}") for s, rule in TIE_RULES.items()}
     if all(pd.notna(v) for v in ties.values()):
-        return [
-            (metric_label("accuracy", TIE_RULES[s]), display("accuracy", v), s)
-            for s, v in ties.items()
-        ]
+        label = {s: metric_label("accuracy", rule) for s, rule in TIE_RULES.items()}
+        return [(label[s], display("accuracy", v), s) for s, v in ties.items()]
     return [(metric_label(record["metric"]), display(record["metric"], record["value"]), None)]
 
 
@@ -88,28 +85,24 @@ def _wide(long: list[dict], index: list[str], columns: Sequence[str]) -> pd.Data
     return wide.rename_axis(columns=None).reset_index()
 
 
-def _fp32(records: pd.DataFrame) -> pd.DataFrame:
-    """The FP32 records quantized ones are compared with (same protocol: the paper's)."""
-    return records[(records["stage"] == "baseline") & (records["protocol"] == "paper")]
-
-
-def _quantized(records: pd.DataFrame) -> pd.DataFrame:
-    """Quantized records with their recipe label, bit list and Table 1 column."""
+def _quantized(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """FP32 records (paper protocol) and quantized ones with recipe, bit list, Table 1 column."""
+    fp32 = records[(records["stage"] == "baseline") & (records["protocol"] == "paper")]
     quantized = records[records["stage"] == "quantized"]
     method = quantized["method"].str.split(" ")
     recipe = method.str[0].map(lambda r: RECIPE_LABELS.get(r, r))
     bits = method.str[1]
     column = bits.where(recipe == RECIPE_LABELS["fake"], recipe + " " + bits)
-    return quantized.assign(recipe=recipe, bits=bits, column=column)
+    return fp32, quantized.assign(recipe=recipe, bits=bits, column=column)
 
 
 def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame:
     """Table 1, ours: a row per (model, data, task, metric) and a compression row."""
-    quantized = _quantized(records)
+    fp32, quantized = _quantized(records)
     order = bit_order([*bit_lists, *quantized["bits"]])
     real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
     columns = ["FP32", *order, *(f"{label} {b}" for label in real for b in order)]
-    fp32 = _fp32(records).assign(column="FP32", metric_compression_ratio=1.0)
+    fp32 = fp32.assign(column="FP32", metric_compression_ratio=1.0)
     long = []
     for (model, data, task), group in quantized.groupby(["model", "data", "task"]):
         key = {"model": model, "data": data, "task": task}
@@ -144,24 +137,19 @@ def published_long(published: pd.DataFrame) -> pd.DataFrame:
 
 def published_table1(published: pd.DataFrame) -> pd.DataFrame:
     """Table 1 as published (TinyLlama-1.1B, Gaudi2 / A100), with the compression rows."""
-    ratios = published[published["table"] == "compression"]
-    fp32 = [(system, "FP32", 1.0) for system in ratios["system"].unique()]
-    published_ratios = zip(ratios["system"], ratios["method"], ratios["value"], strict=True)
-    compression = [
-        {"task": "all", "system": system, "metric": COMPRESSION, "column": column, "value": value}
-        for system, column, value in [*fp32, *published_ratios]
-    ]
-    long = published_long(published).to_dict("records") + compression
+    ratios = published[published["table"] == "compression"].rename(columns={"method": "column"})
+    fp32 = pd.DataFrame({"system": ratios["system"].unique(), "column": "FP32", "value": 1.0})
+    compression = pd.concat([fp32, ratios[fp32.columns]]).assign(task="all", metric=COMPRESSION)
+    long = [*published_long(published).to_dict("records"), *compression.to_dict("records")]
     columns = ["FP32", *PAPER_BITS, *PUBLISHED_REAL.values()]
     return _wide(long, ["task", "metric", "system"], columns)
 
 
 def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     """Quality against compression per (bit list, recipe), ours then the published."""
-    quantized = _quantized(records)
+    fp32, quantized = _quantized(records)
     keys = quantized[["model", "task"]].drop_duplicates()
-    fp32 = _fp32(records).merge(keys)
-    fp32 = fp32.assign(bits="FP32", recipe="FP32", metric_compression_ratio=1.0)
+    fp32 = fp32.merge(keys).assign(bits="FP32", recipe="FP32", metric_compression_ratio=1.0)
     ours = pd.concat([fp32, quantized])
     pub = published_long(published).dropna(subset=["compression"])
     pub = pub[pub["task"].isin(keys["task"])]
