@@ -19,11 +19,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from accelstudy.data.dust import prepare_dust
 from accelstudy.diffusion.job import WORKER
-from accelstudy.launch import run_ranks
+from accelstudy.launch import PointJob
 from accelstudy.paths import PROJECT_ROOT
 from accelstudy.points import DiffusionPoint
 from accelstudy.study import load_study
-from accelstudy.systems import load_system
 from common import best_of, parse_args, set_threads
 
 
@@ -36,8 +35,8 @@ def matmul_flops_per_s(threads: int, n: int = 2048) -> float:
 def point(sweep: dict, devices: int, iterations: int) -> DiffusionPoint:
     keys = ("warmup_iterations", "batch_per_device", "learning_rate", "dtype", "model", "schedule")
     quick = {"images": 1, "sampling_steps": 1}  # the quality check is not what is timed
-    return DiffusionPoint(**{k: sweep[k] for k in keys}, devices=devices, repeat=0, seed=0,
-                          total_iterations=iterations, quality=quick)  # fmt: skip
+    fixed = dict(devices=devices, repeat=0, seed=0, total_iterations=iterations, quality=quick)
+    return DiffusionPoint(**{k: sweep[k] for k in keys}, **fixed)
 
 
 def main() -> int:
@@ -52,15 +51,17 @@ def main() -> int:
         prepare_dust(data, 0, folder / "pairs.npz", folder / "card.json")
         for devices in (1, 2):
             out = folder / f"devices-{devices}.json"
-            cli = ["--point", point(sweep, devices, iterations).to_json(), "--data",
-                   str(folder / "pairs.npz"), "--samples", str(folder / "panel.npz")]  # fmt: skip
-            result = run_ranks(load_system("cpu"), devices, WORKER, cli, args.threads, out)
+            cli = ["--point", point(sweep, devices, iterations).to_json()]
+            cli += ["--data", str(folder / "pairs.npz"), "--samples", str(folder / "panel.npz")]
+            result = PointJob("bench", "cpu", args.threads, out).launch(devices, WORKER, cli)
             rates[devices] = result["metrics"]
     print(f"matmul FP32 ({args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
     for devices, m in rates.items():
-        print(f"{devices} process(es): {m['images_per_s']:.2f} images/s, "
-              f"{m['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s = "
-              f"{m['achieved_flops_per_s'] / peak:.2f} x matmul")  # fmt: skip
+        flops = m["achieved_flops_per_s"]
+        print(
+            f"{devices} process(es): {m['images_per_s']:.2f} images/s, "
+            f"{flops / 1e9:.1f} GFLOP/s = {flops / peak:.2f} x matmul"
+        )
     print(f"speed-up 2 vs 1 process: {rates[2]['images_per_s'] / rates[1]['images_per_s']:.2f}")
     return 0
 

@@ -21,7 +21,7 @@ from accelstudy import launch
 from accelstudy.finetune.job import WORKER
 from accelstudy.finetune.planner import load_config, plan
 from accelstudy.models import save_prepared
-from accelstudy.points import FinetunePoint
+from accelstudy.points import FinetunePoint, Lora
 from accelstudy.systems import load_system
 from common import load_model, parse_args
 
@@ -29,13 +29,12 @@ STATES = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimize
 
 
 def point(strategy: str, tiny: bool) -> FinetunePoint:
-    return FinetunePoint.from_dict({
-        "strategy": strategy, "attention": "fused", "cards": 2, "method": "lora",
-        "dtype": "bfloat16", "max_steps": 6, "per_device_batch": 2, "grad_accum": 2,
-        "max_seq_length": 64 if tiny else 512, "learning_rate": 3e-4, "max_grad_norm": 0.3,
-        "lora": {"rank": 64, "alpha": 64, "dropout": 0.05, "targets": ["q_proj", "v_proj"]},
-        "throughput_warmup_steps": 3, "data": {"source": "standin"},
-    })  # fmt: skip
+    lora = Lora(rank=64, alpha=64, dropout=0.05, targets=("q_proj", "v_proj"))
+    shape = dict(per_device_batch=2, grad_accum=2, max_seq_length=64 if tiny else 512)
+    recipe = dict(dtype="bfloat16", learning_rate=3e-4, max_grad_norm=0.3, lora=lora)
+    steps = dict(max_steps=6, throughput_warmup_steps=3, data={"source": "standin"})
+    fixed = dict(strategy=strategy, attention="fused", cards=2, method="lora")
+    return FinetunePoint(**fixed, **shape, **recipe, **steps)
 
 
 def run(strategy: str, model_dir: Path, tiny: bool, threads: int) -> tuple[dict, FinetunePoint]:
@@ -44,10 +43,10 @@ def run(strategy: str, model_dir: Path, tiny: bool, threads: int) -> tuple[dict,
     out = model_dir.parent / f"{strategy}.json"
     system = load_system("cpu")
     args = ["--point", spec.to_json(), "--model-dir", str(model_dir), "--out", str(out)]
-    env = {"OMP_NUM_THREADS": str(launch.threads_per_rank(threads, 2, system))}
+    # OMP threads per rank: the ranks share this run's threads, as the launcher splits them
+    env = {"OMP_NUM_THREADS": str(max(1, threads // system.layout(2)[1]))}
     command = launch.command(system, 2, WORKER, args, strategy)
-    subprocess.run(command, check=True, env={**os.environ, **env},
-                   capture_output=True)  # fmt: skip
+    subprocess.run(command, check=True, env={**os.environ, **env}, capture_output=True)
     return json.loads(out.read_text()), spec
 
 

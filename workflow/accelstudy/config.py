@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelstudy.errors import ConfigError, key_error
+from accelstudy.errors import ConfigError, require
 from accelstudy.paths import SCHEMAS
 from accelstudy.tasks import TASK_NAMES, TASKS
 
@@ -132,46 +132,42 @@ def _check_ptq(config: dict[str, Any]) -> None:
     if not ptq["enabled"]:
         return
     for task in ptq["tasks"]:
-        if task not in config["tasks"]:
-            raise key_error("ptq.tasks", f"task '{task}' is not configured under 'tasks'")
+        require(
+            task in config["tasks"], "ptq.tasks", f"task '{task}' is not configured under 'tasks'"
+        )
     for i, bits in enumerate(ptq["bit_lists"]):
-        if ptq["clustering"] == "median" and len(bits) != 2:
-            raise key_error(
-                f"ptq.bit_lists.{i}",
-                f"the median split needs exactly two precisions (e.g. [16, 8]), got {bits}",
-            )
+        median = f"the median split needs exactly two precisions (e.g. [16, 8]), got {bits}"
+        require(ptq["clustering"] != "median" or len(bits) == 2, f"ptq.bit_lists.{i}", median)
         for model_name, model in config["models"].items():
-            tiny = model.get("tiny", {}) if model["source"] == "tiny-random" else {}
-            layers = tiny.get("layers")
-            if layers is not None and len(bits) > layers:
-                raise key_error(
-                    f"ptq.bit_lists.{i}",
-                    f"{len(bits)} clusters but model '{model_name}' has only {layers} layers",
-                )
+            layers = (
+                model.get("tiny", {}).get("layers") if model["source"] == "tiny-random" else None
+            )
+            fewer = f"{len(bits)} clusters but model '{model_name}' has only {layers} layers"
+            require(layers is None or len(bits) <= layers, f"ptq.bit_lists.{i}", fewer)
 
 
 def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
-    source = model["source"]
+    source, key = model["source"], f"models.{name}"
     needed = MODEL_SOURCE_KEYS.get(source)
-    if needed and needed not in model:
-        raise key_error(f"models.{name}.{needed}", f"required when source is '{source}'")
-    if source == "local" and not (base / model["path"]).is_dir():
-        raise key_error(
-            f"models.{name}.path",
-            f"directory '{model['path']}' does not exist; "
-            "give a saved Hugging Face model directory",
-        )
+    require(not needed or needed in model, f"{key}.{needed}", f"required when source is '{source}'")
+    if source == "local":
+        path = model["path"]
+        problem = f"directory '{path}' does not exist; give a saved Hugging Face model directory"
+        require((base / path).is_dir(), f"{key}.path", problem)
     gguf = model.get("gguf_file")
-    if source == "gguf" and gguf != "embedded" and not (base / gguf).is_file():
-        raise key_error(
-            f"models.{name}.gguf_file",
-            f"file '{gguf}' does not exist; give a .gguf path or 'embedded'",
+    if source == "gguf" and gguf != "embedded":
+        problem = f"file '{gguf}' does not exist; give a .gguf path or 'embedded'"
+        require((base / gguf).is_file(), f"{key}.gguf_file", problem)
+    if source == "tiny-random":
+        tiny = model["tiny"]
+        require(
+            not tiny["hidden"] % tiny["heads"], f"{key}.tiny.hidden", "must be divisible by heads"
         )
-    tiny = model.get("tiny", {})
-    if source == "tiny-random" and tiny["hidden"] % tiny["heads"]:
-        raise key_error(f"models.{name}.tiny.hidden", "must be divisible by heads")
-    if source == "tiny-random" and tiny["heads"] % tiny["kv_heads"]:
-        raise key_error(f"models.{name}.tiny.heads", "must be divisible by kv_heads")
+        require(
+            not tiny["heads"] % tiny["kv_heads"],
+            f"{key}.tiny.heads",
+            "must be divisible by kv_heads",
+        )
 
 
 def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
@@ -181,18 +177,13 @@ def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
         task.setdefault(key, value)
     if task["source"] != "local":
         return
-    files = task.get("files") or {}
-    if task["eval_split"] not in files:
-        raise key_error(
-            f"tasks.{name}.files.{task['eval_split']}",
-            "required for source 'local' (the evaluation split's file)",
-        )
+    files, split = task.get("files") or {}, task["eval_split"]
+    problem = "required for source 'local' (the evaluation split's file)"
+    require(split in files, f"tasks.{name}.files.{split}", problem)
     for split, file in files.items():
         path, key = base / file, f"tasks.{name}.files.{split}"
-        if path.suffix not in LOCAL_SUFFIXES:
-            raise key_error(key, f"'{file}' must end in one of {LOCAL_SUFFIXES}")
-        if not path.is_file():
-            raise key_error(key, f"file '{file}' does not exist")
+        require(path.suffix in LOCAL_SUFFIXES, key, f"'{file}' must end in one of {LOCAL_SUFFIXES}")
+        require(path.is_file(), key, f"file '{file}' does not exist")
 
 
 def config_hash(config: Mapping[str, Any]) -> str:

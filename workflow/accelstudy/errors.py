@@ -11,3 +11,9 @@ class ConfigError(StudyError, ValueError):
 
 def key_error(key: str, problem: str) -> ConfigError:
     return ConfigError(f"config key '{key}': {problem}")
+
+
+def require(holds: bool, key: str, problem: str) -> None:
+    """Raise key_error(key, problem) unless the check `holds`."""
+    if not holds:
+        raise key_error(key, problem)

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -77,45 +76,10 @@ def command(
     return [*srun, *torchrun, f"--nnodes={nodes}", "--rdzv-backend=c10d", endpoint, job, *worker]
 
 
-def threads_per_rank(threads: int, cards: int, system: System) -> int:
-    """OMP threads per rank so the ranks of one node share its job's cores, not oversubscribe."""
-    return max(1, threads // system.layout(cards)[1])
-
-
-def run_ranks(
-    system: System,
-    cards: int,
-    module: str,
-    args: list[str],
-    threads: int,
-    record: Path,
-    strategy: str = "ddp",
-    hpu_env: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Start `cards` ranks of `python -m module args --out RESULT` and return their result, read
-    from beside `record` and removed; raise if they fail. On Gaudi, `hpu_env` adds what Habana's
-    bridge reads as it loads (its lazy mode)."""
-    result = record.with_name(f".{record.stem}.ranks.json")
-    command_line = command(system, cards, module, [*args, "--out", str(result)], strategy)
-    omp = str(threads_per_rank(threads, cards, system))
-    log.info("launching: %s", " ".join(command_line))
-    try:
-        gaudi = (hpu_env or {}) if system.device == "hpu" else {}
-        environ = {**os.environ, "OMP_NUM_THREADS": omp, **gaudi}
-        finished = subprocess.run(command_line, env=environ, check=False)
-        if finished.returncode != 0 or not result.is_file():
-            why = f"exited with status {finished.returncode}; see the job log"
-            raise PointFailed(f"{module} on {cards} cards {why}")
-        return json.loads(result.read_text())
-    finally:
-        result.unlink(missing_ok=True)
-
-
 @dataclass
 class PointJob:
-    """The flags every sweep point's job has (study, system by name, cores, record path,
-    device) and what it does with them: launch its ranks, then write its record. Its wall
-    time starts when it is made."""
+    """A sweep point's job from its flags (study, system by name, cores, record path, device):
+    launch its ranks, then write its record. Its wall time starts when it is made."""
 
     study: str
     system: str
@@ -134,9 +98,27 @@ class PointJob:
         without cards, such as a Kubeflow MPIJob's, records the cards its ranks used)."""
         return devices.resolve(self.device_kind)
 
-    def launch(self, cards: int, module: str, args: list[str], **options: Any) -> dict[str, Any]:
-        """run_ranks for this job; the ranks' outcome, their device taken over."""
-        outcome = run_ranks(self.machine, cards, module, args, self.threads, self.out, **options)
+    def launch(
+        self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
+    ) -> dict[str, Any]:
+        """Start `cards` ranks of `python -m module args --out RESULT` and return their result,
+        read from beside the record and removed, the ranks' device taken over; raise if they
+        fail. On Gaudi, `hpu_env` adds what Habana's bridge reads as it loads (its lazy mode)."""
+        result = self.out.with_name(f".{self.out.stem}.ranks.json")
+        command_line = command(self.machine, cards, module, [*args, "--out", str(result)], strategy)
+        # OMP threads per rank: the ranks of one node share its job's cores, not oversubscribe
+        omp = str(max(1, self.threads // self.machine.layout(cards)[1]))
+        log.info("launching: %s", " ".join(command_line))
+        try:
+            gaudi = hpu_env if self.machine.device == "hpu" else {}
+            environ = {**os.environ, "OMP_NUM_THREADS": omp, **gaudi}
+            finished = subprocess.run(command_line, env=environ, check=False)
+            if finished.returncode != 0 or not result.is_file():
+                why = f"exited with status {finished.returncode}; see the job log"
+                raise PointFailed(f"{module} on {cards} cards {why}")
+            outcome = json.loads(result.read_text())
+        finally:
+            result.unlink(missing_ok=True)
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = RanksDevice(outcome["device"], self.machine.label)
         return outcome
@@ -144,16 +126,9 @@ class PointJob:
     def record(self, stage: str, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:
         """Write this point's record (no evaluation protocol); log its status."""
         metrics["wall_time_s"] = round(time.perf_counter() - self.started, 3)
+        where = dict(started=self.started, stage=stage, study=self.study, system=self.machine)
         record = write_job_record(
-            self.out,
-            started=self.started,
-            stage=stage,
-            study=self.study,
-            system=self.machine,
-            device=self.device,
-            protocol=None,
-            metrics=metrics,
-            **fields,
+            self.out, device=self.device, protocol=None, metrics=metrics, **where, **fields
         )
         log.info("%s %s: %s", stage, self.out, metrics["status"])
         return record

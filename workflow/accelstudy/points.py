@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -117,6 +117,16 @@ class DiffusionPoint(Point):
 NOT_CONFIG = {"strategy", "attention", "cards", "devices", "repeat", "seed", "data", "device"}
 FINETUNE_KEYS = [f.name for f in dataclasses.fields(FinetunePoint) if f.name not in NOT_CONFIG]
 DIFFUSION_KEYS = [f.name for f in dataclasses.fields(DiffusionPoint) if f.name not in NOT_CONFIG]
+
+
+def bits_label(bits: Iterable[int]) -> str:
+    """A PTQ bit list as records and the report show it: [16, 8, 4] -> '[16,8,4]'."""
+    return "[" + ",".join(map(str, bits)) + "]"
+
+
+def bits_path(bits: Iterable[int]) -> str:
+    """A PTQ bit list as result paths name it: [16, 8, 4] -> '16-8-4'."""
+    return "-".join(map(str, bits))
 
 
 class SweepCell(NamedTuple):

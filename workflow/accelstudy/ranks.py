@@ -4,6 +4,7 @@ hole. Any other error writes nothing, so the scheduler's retry starts the point 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import traceback
@@ -41,12 +42,6 @@ def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
     environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
-def local_processes() -> int:
-    """Ranks on this node, as torchrun, Open MPI (Gaudi) or DeepSpeed's launcher says."""
-    keys = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE")
-    return next((int(os.environ[key]) for key in keys if key in os.environ), 1)
-
-
 def killed_at(step: int) -> None:
     """The test hook: exit at `step` with no result and no clean-up, as a preempted job."""
     if os.environ.get(KILL_HOOK) == str(step):
@@ -55,15 +50,6 @@ def killed_at(step: int) -> None:
 
 def write_result(out: Path, status: str, result: dict[str, Any]) -> None:
     write_json(out, {"status": status, **result, "versions": package_versions()})
-
-
-def peer_did_not_fit(out: Path) -> bool:
-    """A rank's collective breaks when a peer exits for lack of memory; that peer has
-    already written the does-not-fit result by then."""
-    try:
-        return read_record(out).get("status") == "does-not-fit"
-    except (OSError, ValueError):
-        return False
 
 
 def run(
@@ -85,8 +71,10 @@ def run(
         write_result(out, "does-not-fit", {"point": point.as_dict(), "error": last})
         return 0
     except Exception:
-        if peer_did_not_fit(out):
-            return 0
+        # a collective breaks when a peer exits for lack of memory, its does-not-fit written
+        with contextlib.suppress(OSError, ValueError):
+            if read_record(out).get("status") == "does-not-fit":
+                return 0
         raise
     measured: list[Any] = [local]
     if torch.distributed.is_initialized():  # every rank's, once every rank has finished its work

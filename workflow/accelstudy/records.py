@@ -106,34 +106,6 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
     }
 
 
-WHAT = ("stage", "study", "model", "task", "method", "data_source")  # a record's own strings
-
-
-def job_record(
-    *,
-    system: System,
-    device: Any,
-    protocol: str | None,
-    parameters: dict[str, Any],
-    metrics: dict[str, Any],
-    config_hash: str,
-    wall_s: float,
-    **what: str,
-) -> dict[str, Any]:
-    """The result record of one job: `what` names it (every key of WHAT); `device` is an
-    accelstudy.device.Device; stages without an evaluation protocol pass protocol=None."""
-    if set(what) != set(WHAT):
-        raise TypeError(f"job_record needs exactly {WHAT}, got {sorted(what)}")
-    record = {"stage": what["stage"], "study": what["study"], "system": system.name}
-    record |= {"device": device.kind, **{key: what[key] for key in WHAT[2:]}}
-    record |= {"protocol": protocol, "parameters": parameters, "metrics": metrics}
-    record["provenance"] = provenance(config_hash, device.name(), device.kind, wall_s)
-    if protocol is None:
-        del record["protocol"]
-    record["provenance"]["system"] = system.facts()
-    return record
-
-
 def validate_record(record: dict[str, Any]) -> None:
     schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
     jsonschema.validate(record, schema)
@@ -147,13 +119,36 @@ def write_record(path: str | Path, record: dict[str, Any]) -> None:
     write_json(path, record)
 
 
-def write_job_record(out: str | Path, *, started: float, hashed: Any = None, **fields: Any) -> dict:
-    """Build a job's record from job_record's `fields` (all but config_hash and wall_s), write it
-    to `out` and return it: its config hash is over `hashed` (by default the parameters), its
-    wall time runs from `started`, a time.perf_counter() reading."""
-    hashed = fields["parameters"] if hashed is None else hashed
+WHAT = ("stage", "study", "model", "task", "method", "data_source")  # a record's own strings
+
+
+def write_job_record(
+    out: str | Path,
+    *,
+    system: System,
+    device: Any,
+    protocol: str | None,
+    parameters: dict,
+    metrics: dict,
+    started: float,
+    hashed: Any = None,
+    **what: str,
+) -> dict[str, Any]:
+    """Write one job's record to `out` and return it. `what` names the job (every key of WHAT);
+    `device` is an accelstudy.device.Device; a stage without an evaluation protocol passes
+    protocol=None. The config hash is over `hashed` (by default the parameters); the wall
+    time runs from `started`, a time.perf_counter() reading."""
+    if set(what) != set(WHAT):
+        raise TypeError(f"a job record needs exactly {WHAT}, got {sorted(what)}")
+    record = {"stage": what["stage"], "study": what["study"], "system": system.name}
+    record |= {"device": device.kind, **{key: what[key] for key in WHAT[2:]}}
+    record |= {"protocol": protocol, "parameters": parameters, "metrics": metrics}
+    if protocol is None:
+        del record["protocol"]
     wall_s = time.perf_counter() - started
-    record = job_record(config_hash=config_hash(hashed), wall_s=wall_s, **fields)
+    hashed = parameters if hashed is None else hashed
+    record["provenance"] = provenance(config_hash(hashed), device.name(), device.kind, wall_s)
+    record["provenance"]["system"] = system.facts()
     write_record(out, record)
     return record
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from accelstudy.errors import ConfigError
+from accelstudy.errors import ConfigError, require
 from accelstudy.paths import PROJECT_ROOT
 from accelstudy.systems import System, load_system
 
@@ -38,6 +38,7 @@ def export_scheduler_defaults(system: System, environ: MutableMapping[str, str])
         environ.setdefault(f"ACCELSTUDY_SLURM_{key.upper()}", "" if value is None else str(value))
 
 
+Env = MutableMapping[str, str]
 Resources = Mapping[str, Any]  # resource name -> its value as written
 PerRule = Mapping[str, Resources]  # rule -> its --set-resources
 
@@ -79,11 +80,9 @@ def other_site(variable: str, system: str) -> str:
 
 def check_scheduler(system: System, defaults: Resources) -> None:
     """A SLURM profile (it bills `slurm_account`) needs a system that SLURM schedules."""
-    if "slurm_account" in defaults and system.scheduler != "slurm":
-        raise ConfigError(
-            f"config key 'system': '{system.name}' is not scheduled by SLURM, but the "
-            "profile submits to SLURM; pass --config system=<site> (e.g. perlmutter, expanse)"
-        )
+    problem = f"'{system.name}' is not scheduled by SLURM, but the profile submits to SLURM; "
+    problem += "pass --config system=<site> (e.g. perlmutter, expanse)"
+    require("slurm_account" not in defaults or system.scheduler == "slurm", "system", problem)
 
 
 def check_account(system: System, defaults: Resources, environ: Mapping[str, str]) -> None:
@@ -91,11 +90,9 @@ def check_account(system: System, defaults: Resources, environ: Mapping[str, str
     if "slurm_account" not in defaults or not system.account_required:
         return
     account = _as_text(defaults["slurm_account"], environ)
-    if not account or "$" in account:
-        raise ConfigError(
-            f"config key 'account': system '{system.name}' needs a SLURM account; "
-            f"export {ACCOUNT_ENV}=<project> or pass --config account=<project>"
-        )
+    problem = f"system '{system.name}' needs a SLURM account; "
+    problem += f"export {ACCOUNT_ENV}=<project> or pass --config account=<project>"
+    require(bool(account) and "$" not in account, "account", problem)
 
 
 def card_count(raw: Any) -> int | None:
@@ -127,11 +124,7 @@ def check_cards(system: System, per_rule: PerRule) -> None:
 
 
 def check_site(
-    config: Mapping[str, Any],
-    system: System,
-    defaults: Resources,
-    per_rule: PerRule,
-    environ: MutableMapping[str, str],
+    config: Mapping[str, Any], system: System, defaults: Resources, per_rule: PerRule, environ: Env
 ) -> None:
     """Every site check, in the order a user would want to fix them."""
     if config.get("account"):  # `--config account=X` wins over the environment
@@ -143,14 +136,9 @@ def check_site(
     check_cards(system, per_rule)
 
 
-def check_profile(
-    config: Mapping[str, Any],
-    system: System,
-    resource_settings: Any,
-    environ: MutableMapping[str, str],
-) -> None:
+def check_profile(config: Mapping[str, Any], system: System, settings: Any, environ: Env) -> None:
     """check_site on Snakemake's ResourceSettings (--default-resources, --set-resources)."""
-    defaults = getattr(resource_settings, "default_resources", None)
-    overrides = getattr(resource_settings, "overwrite_resources", None) or {}
+    defaults = getattr(settings, "default_resources", None)
+    overrides = getattr(settings, "overwrite_resources", None) or {}
     per_rule = {rule: raw_values(values) for rule, values in overrides.items()}
     check_site(config, system, raw_values(defaults), per_rule, environ)

@@ -13,7 +13,7 @@ import yaml
 
 from accelstudy.config import validate_config
 from accelstudy.data.dust import check_preset
-from accelstudy.errors import ConfigError, key_error
+from accelstudy.errors import ConfigError, require
 from accelstudy.systems import System, load_system
 
 
@@ -38,44 +38,34 @@ def load_study(path: str | Path) -> dict[str, Any]:
 
 def check_finetune(config: Mapping[str, Any], system: System) -> None:
     """Models configured, cards the system has, dtype it offers, DeepSpeed for ZeRO-3."""
-    sweep = config["finetune"]
+    sweep, configured = config["finetune"], sorted(config["models"])
     if not sweep["enabled"]:
         return
     for model in sweep.get("models") or []:
-        if model not in config["models"]:
-            raise key_error(
-                "finetune.models",
-                f"model '{model}' is not configured under 'models'; "
-                f"configured: {sorted(config['models'])}",
-            )
+        problem = f"model '{model}' is not configured under 'models'; configured: {configured}"
+        require(model in configured, "finetune.models", problem)
     system.check_cards("finetune.cards", sweep["cards"])
     system.check_dtype("finetune.dtype", sweep["dtype"])
     zero3 = "zero3" in sweep["strategies"] and sweep["on_unsupported"] == "error"
-    if zero3 and importlib.util.find_spec("deepspeed") is None:
-        raise key_error(
-            "finetune.strategies",
-            "zero3 needs DeepSpeed, which is not installed here; pip install the project's "
-            "pinned deepspeed, drop zero3, or set finetune.on_unsupported: record",
-        )
+    missing = zero3 and importlib.util.find_spec("deepspeed") is None
+    problem = (
+        "zero3 needs DeepSpeed, which is not installed here; pip install the project's pinned "
+        "deepspeed, drop zero3, or set finetune.on_unsupported: record"
+    )
+    require(not missing, "finetune.strategies", problem)
 
 
 def check_unet(model: Mapping[str, Any], hr_size: int) -> None:
     """The UNet halves the image once per extra multiplier; attention sits at a resolution."""
     levels = len(model["channel_multipliers"])
     factor = 2 ** (levels - 1)
-    if hr_size % factor:
-        raise key_error(
-            "diffusion.data.hr_size",
-            f"{hr_size} pixels cannot be halved {levels - 1} times by the UNet "
-            f"(channel_multipliers has {levels} levels); use a multiple of {factor}",
-        )
+    halved = f"{hr_size} pixels cannot be halved {levels - 1} times by the UNet "
+    halved += f"(channel_multipliers has {levels} levels); use a multiple of {factor}"
+    require(not hr_size % factor, "diffusion.data.hr_size", halved)
     resolutions = [hr_size // 2**i for i in range(levels)]
     for res in model["attention_resolutions"]:
-        if res not in resolutions:
-            raise key_error(
-                "diffusion.model.attention_resolutions",
-                f"{res} is not one of the UNet's resolutions {resolutions}",
-            )
+        problem = f"{res} is not one of the UNet's resolutions {resolutions}"
+        require(res in resolutions, "diffusion.model.attention_resolutions", problem)
 
 
 def check_diffusion(config: Mapping[str, Any], system: System) -> None:
@@ -84,19 +74,16 @@ def check_diffusion(config: Mapping[str, Any], system: System) -> None:
         return
     data = sweep["data"]
     check_unet(sweep["model"], data["hr_size"])
-    if data["hr_size"] % data["scale"]:
-        raise key_error(
-            "diffusion.data.scale",
-            f"{data['hr_size']} pixels do not divide by {data['scale']}; "
-            "pick a scale that divides hr_size",
-        )
+    size, scale = data["hr_size"], data["scale"]
+    problem = f"{size} pixels do not divide by {scale}; pick a scale that divides hr_size"
+    require(not size % scale, "diffusion.data.scale", problem)
     system.check_cards("diffusion.devices", sweep["devices"])
     system.check_dtype("diffusion.dtype", sweep["dtype"])
     if data["source"] == "pysm":
         check_preset(data["preset"], data["nside"])
-    if data["source"] == "local" and not Path(data.get("file", "")).is_file():
-        raise key_error(
-            "diffusion.data.file",
-            f"'{data.get('file')}' is no file; give an npz with an `hr` array (and optionally "
-            "`lr`)",
+    if data["source"] == "local":
+        file = data.get("file", "")
+        problem = (
+            f"'{data.get('file')}' is no file; give an npz with an `hr` array (and optionally `lr`)"
         )
+        require(Path(file).is_file(), "diffusion.data.file", problem)

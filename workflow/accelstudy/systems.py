@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from accelstudy.errors import ConfigError, key_error
+from accelstudy.errors import ConfigError, key_error, require
 from accelstudy.paths import SYSTEMS
 
 FACT_KEYS = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "nodes")
@@ -58,20 +58,14 @@ class System:
         offered = self.per_node * self.nodes
         unit = "cores" if self.cards_per_node == "cores" else "cards"
         for cards in counts:
-            if cards > offered:
-                raise key_error(
-                    key,
-                    f"{cards} cards, but system '{self.name}' offers {offered} ({self.nodes} "
-                    f"node(s) x {self.per_node} {unit}); ask for at most {offered}",
-                )
+            layout = f"{offered} ({self.nodes} node(s) x {self.per_node} {unit})"
+            problem = f"{cards} cards, but system '{self.name}' offers {layout}; "
+            problem += f"ask for at most {offered}"
+            require(cards <= offered, key, problem)
 
     def check_dtype(self, key: str, dtype: str) -> None:
-        if dtype not in self.dtypes:
-            raise key_error(
-                key,
-                f"{dtype} is not offered by {self.label} (system '{self.name}': "
-                f"{list(self.dtypes)}); use one of those",
-            )
+        offered = f"{self.label} (system '{self.name}': {list(self.dtypes)})"
+        require(dtype in self.dtypes, key, f"{dtype} is not offered by {offered}; use one of those")
 
     def facts(self) -> dict[str, Any]:
         """What the file says the machine is, so runs that share a name can be checked."""

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.config import schema
-from accelstudy.points import diffusion_cells, diffusion_point, finetune_cells, finetune_point
+from accelstudy.points import (
+    bits_path,
+    diffusion_cells,
+    diffusion_point,
+    finetune_cells,
+    finetune_point,
+)
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
@@ -36,11 +42,6 @@ CAPTIONED = [
 CONDA_ENVS = {"cuda": "../../envs/cuda.yaml"}  # else envs/cpu.yaml; Gaudi runs in its container
 
 
-def bits_label(bits: list[int]) -> str:
-    """[16, 8, 4] -> '16-8-4', as result paths name a bit list."""
-    return "-".join(str(b) for b in bits)
-
-
 class StudyTargets:
     """One validated study config on one system. Methods taking `w` are Snakemake input or
     params functions (w: the job's wildcards)."""
@@ -54,31 +55,25 @@ class StudyTargets:
         self.tasks = sorted(config["tasks"])
         self.ptq = config["ptq"]
         self.ptq_tasks = self.ptq.get("tasks", []) if self.ptq["enabled"] else []
-        self.bit_labels = [bits_label(bits) for bits in self.ptq.get("bit_lists", [])]
+        self.bit_labels = [bits_path(bits) for bits in self.ptq.get("bit_lists", [])]
         self.conda_env = CONDA_ENVS.get(system.device, "../../envs/cpu.yaml")
 
     def constraints(self) -> dict[str, str]:
         """Wildcard constraints: the schema's allowed values, the config's names."""
-        props = schema()["properties"]
-        ptq, tune = props["ptq"]["properties"], props["finetune"]["properties"]
-
-        def one_of(values: list[str]) -> str:
-            return "|".join(values)
-
-        return {
-            "model": one_of(self.models),
-            "task": one_of(self.tasks),
-            "granularity": one_of(ptq["granularity"]["enum"]),
-            "recipe": one_of(ptq["recipes"]["items"]["enum"]),
-            "protocol": one_of(
-                schema()["$defs"]["task"]["properties"]["protocols"]["items"]["enum"]
-            ),
-            "split": one_of(list(SPLITS)),
-            "strategy": one_of(tune["strategies"]["items"]["enum"]),
-            "attention": one_of(tune["attention"]["items"]["enum"]),
-            "bits": r"\d+(-\d+)*",
-            **dict.fromkeys(["chunk", "cards", "repeat", "devices"], r"\d+"),
+        full = schema()
+        ptq, tune = (full["properties"][part]["properties"] for part in ("ptq", "finetune"))
+        allowed = {
+            "model": self.models,
+            "task": self.tasks,
+            "split": SPLITS,
+            "granularity": ptq["granularity"]["enum"],
+            "recipe": ptq["recipes"]["items"]["enum"],
+            "protocol": full["$defs"]["task"]["properties"]["protocols"]["items"]["enum"],
+            "strategy": tune["strategies"]["items"]["enum"],
+            "attention": tune["attention"]["items"]["enum"],
         }
+        numbers = dict.fromkeys(["chunk", "cards", "repeat", "devices"], r"\d+")
+        return {k: "|".join(v) for k, v in allowed.items()} | numbers | {"bits": r"\d+(-\d+)*"}
 
     # result files ----------------------------------------------------------------------------
     def baseline_records(self) -> list[str]:

@@ -56,9 +56,8 @@ def standin_template(nside: int, seed: int) -> np.ndarray:
     minimum sits one tenth of a standard deviation above zero."""
     import healpy as hp
 
-    ell = np.arange(3 * nside)
     cl = np.zeros(3 * nside)
-    cl[2:] = ell[2:] ** DUST_SLOPE
+    cl[2:] = np.arange(2, 3 * nside) ** DUST_SLOPE
     np.random.seed(seed)  # this healpy's synfast draws from numpy's global generator
     sky = hp.synfast(cl, nside, new=True)
     return sky - sky.min() + 0.1 * sky.std()
@@ -115,12 +114,6 @@ def scaled(values: np.ndarray, low: float, high: float) -> np.ndarray:
     return (2 * (values - low) / max(high - low, 1e-12) - 1).astype(np.float32)
 
 
-def to_unit_range(images: np.ndarray, log: bool) -> tuple[np.ndarray, dict[str, float]]:
-    values = np.log10(images) if log else images
-    low, high = float(values.min()), float(values.max())
-    return scaled(values, low, high), {"log10": log, "min": low, "max": high}
-
-
 def local_images(spec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
     """An npz made elsewhere: `hr` (N, H, W), and `lr` if its own down-sampling is wanted."""
     with np.load(spec["file"]) as data:
@@ -146,19 +139,20 @@ def prepare_dust(spec: dict[str, Any], seed: int, out: Path, card: Path) -> dict
     import torch
 
     total = spec["patches"] + spec["validation_patches"]
-    lr, reso = None, None
-    if spec["source"] == "local":
-        hr_raw, lr = local_images(spec)
-        hr, normalisation = to_unit_range(hr_raw, log=False)
-    else:
+    lr, reso, log = None, None, spec["source"] != "local"  # skies go to log10, local images not
+    if log:
         sky = emission(spec, seed)
         reso = spec.get("reso_arcmin") or hp.nside2resol(spec["nside"], arcmin=True)
-        hr, normalisation = to_unit_range(patches(sky, total, spec["hr_size"], reso, seed), True)
-    hr_t = torch.from_numpy(hr).unsqueeze(1)
+        images = np.log10(patches(sky, total, spec["hr_size"], reso, seed))
+    else:
+        images, lr = local_images(spec)
+    low, high = float(images.min()), float(images.max())
+    normalisation = {"log10": log, "min": low, "max": high}
+    hr_t = torch.from_numpy(scaled(images, low, high)).unsqueeze(1)
     if lr is None:
         lr_t = downsample(hr_t, spec["scale"], spec["downsample"])
     else:
-        lr_t = torch.from_numpy(scaled(lr, normalisation["min"], normalisation["max"])).unsqueeze(1)
+        lr_t = torch.from_numpy(scaled(lr, low, high)).unsqueeze(1)
     with atomic_open(out, "wb") as handle:
         np.savez(handle, hr=hr_t.numpy(), lr=lr_t.numpy(), validation=spec["validation_patches"])
     data_card = {k: spec.get(k) for k in ("source", "preset", "nside", "frequency_ghz", "file")}

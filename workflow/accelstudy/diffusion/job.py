@@ -20,20 +20,13 @@ def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags
     job = PointJob(**flags)
     data_card = read_record(card)  # the data card: plain JSON
     args = ["--point", point.to_json(), "--data", str(data), "--samples", str(samples)]
-    outcome = job.launch(point.devices, WORKER, args, hpu_env=GAUDI_ENV)
+    outcome = job.launch(point.devices, WORKER, args, **GAUDI_ENV)
     metrics: dict[str, Any] = {"status": outcome["status"], **outcome.get("metrics", {})}
     if outcome["status"] != "ok":
         metrics["error"] = outcome.get("error", "")
         samples.unlink(missing_ok=True)
         samples.touch()  # the job's second output: empty where nothing was sampled
     source = "standin" if data_card["standin"] else "local"
+    what = dict(model="sr3", task="dust-sr", method="ddp", data_source=source)
     parameters = {**point.as_dict(), "data": data_card}
-    return job.record(
-        "diffusion",
-        metrics,
-        model="sr3",
-        task="dust-sr",
-        method="ddp",
-        data_source=source,
-        parameters=parameters,
-    )
+    return job.record("diffusion", metrics, parameters=parameters, **what)

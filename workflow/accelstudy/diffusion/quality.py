@@ -25,7 +25,5 @@ def ssim(image: np.ndarray, truth: np.ndarray) -> float:
 def scores(images: torch.Tensor, truths: torch.Tensor) -> dict[str, float]:
     """Mean PSNR (dB) and SSIM over a batch of (N, 1, H, W) images."""
     pairs = list(zip(images[:, 0].double().numpy(), truths[:, 0].double().numpy(), strict=True))
-    return {
-        "psnr": float(np.mean([psnr(i, t) for i, t in pairs])),
-        "ssim": float(np.mean([ssim(i, t) for i, t in pairs])),
-    }
+    metrics = {"psnr": psnr, "ssim": ssim}
+    return {name: float(np.mean([f(i, t) for i, t in pairs])) for name, f in metrics.items()}

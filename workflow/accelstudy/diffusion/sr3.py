@@ -51,11 +51,9 @@ def upsample(lr: Tensor, size: int) -> Tensor:
 
 def training_loss(unet, table: Tensor, hr: Tensor, condition: Tensor) -> Tensor:
     """One SR3 step's loss: continuous noise level, noised target, summed L1 on the noise."""
-    batch = hr.shape[0]
-    steps = len(table) - 1
-    t = int(torch.randint(1, steps + 1, (1,)))  # one step per batch
+    t = int(torch.randint(1, len(table), (1,)))  # one of the schedule's steps per batch
     low, high = table[t], table[t - 1]
-    gamma = low + (high - low) * torch.rand(batch, dtype=torch.float64)
+    gamma = low + (high - low) * torch.rand(hr.shape[0], dtype=torch.float64)
     gamma = gamma.to(hr.device, torch.float32)
     noise = torch.randn(hr.shape).to(hr.device, hr.dtype)
     g = gamma.view(-1, 1, 1, 1)

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from accelstudy import ranks
 from accelstudy.data.dust import load_pairs
-from accelstudy.device import DTYPES, Device, resolve
+from accelstudy.device import DTYPES, resolve
 from accelstudy.diffusion import quality, sr3
 from accelstudy.files import atomic_open
 from accelstudy.points import DiffusionPoint
@@ -33,14 +33,6 @@ BACKENDS = {"cuda": "nccl", "hpu": "hccl", "cpu": "gloo"}
 CPU_PEAK = "RSS growth: getrusage ru_maxrss at the end minus the RSS before the model is built"
 LOSS_NOTE = "mean |noise - predicted| per pixel (the summed L1 is optimised)"
 MAX_LOSSES = 200  # the record keeps at most this many, evenly spaced
-
-
-def start_process_group(device: Device) -> None:
-    if device.kind == "hpu":
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
-    if device.kind == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    torch.distributed.init_process_group(BACKENDS[device.kind])
 
 
 def iterations_for(point: DiffusionPoint, world: int) -> int:
@@ -59,7 +51,11 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measure
     """Train this rank's share of the fixed work; rank 0 also checks the quality."""
     device = resolve(point.device or "auto")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    start_process_group(device)
+    if device.kind == "hpu":
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
+    if device.kind == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    torch.distributed.init_process_group(BACKENDS[device.kind])
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     pairs = load_pairs(data)
     size = pairs["hr"].shape[-1]
@@ -70,9 +66,7 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measure
     unet = sr3.build_unet(point.model, size).to(device.torch, dtype)
     table = sr3.sqrt_alpha_bar_prev(sr3.scheduler(point.schedule))
     dataset = TensorDataset(pairs["lr"], pairs["hr"], torch.arange(len(pairs["hr"])))
-    sampler = DistributedSampler(
-        dataset, world, rank, shuffle=True, seed=point.seed, drop_last=True
-    )
+    sampler = DistributedSampler(dataset, world, rank, seed=point.seed, drop_last=True)  # shuffled
     loader = DataLoader(dataset, point.batch_per_device, sampler=sampler, drop_last=True)
     stream = batches(loader, sampler)
     torch.manual_seed(point.seed + rank)  # each rank its own noise

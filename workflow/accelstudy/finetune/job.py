@@ -61,12 +61,9 @@ def run(
         metrics["status"] = "predicted-does-not-fit"
     else:
         args = ["--point", point.to_json(), "--model-dir", str(model_dir)]
-        options = {"strategy": point.strategy, "hpu_env": gaudi_env(point)}
-        outcome = job.launch(point.cards, WORKER, args, **options)
+        outcome = job.launch(point.cards, WORKER, args, point.strategy, **gaudi_env(point))
         metrics.update(outcome.get("metrics", {}), status=outcome["status"])
         if outcome["status"] != "ok":
             metrics["error"] = outcome.get("error", "")
-    what = {"model": model_name, "task": "instructions", "method": point.strategy}
-    return job.record(
-        "finetune", metrics, data_source=data_source, parameters=point.as_dict(), **what
-    )
+    what = dict(task="instructions", method=point.strategy, parameters=point.as_dict())
+    return job.record("finetune", metrics, model=model_name, data_source=data_source, **what)

@@ -64,24 +64,19 @@ def meta_model(config: PretrainedConfig) -> torch.nn.Module:
         return AutoModelForCausalLM.from_config(config)
 
 
-def tensor_shapes(model: torch.nn.Module, point: FinetunePoint) -> list[tuple[int, bool]]:
-    """(elements, trainable) of every parameter tensor, LoRA's A (rank x in) and B
-    (out x rank) beside each targeted Linear."""
+def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str, int]:
+    """What one rank holds, tensor by tensor (LoRA's A, rank x in, and B, out x rank, beside each
+    targeted Linear), as the worker counts it (strategies.held_bytes). Everything takes the run's
+    dtype (adapters are cast to it, as the authors' script did) except FSDP's trainable tensors,
+    which its mixed precision keeps in FP32. FSDP shards every tensor; ZeRO-3 partitions every
+    tensor but keeps those under its persistence threshold whole on every rank, and its optimizer
+    works on FP32 master partitions (4 + 8 bytes)."""
     tensors = [(p.numel(), point.method == "full") for p in model.parameters()]
     if point.method == "lora":
         rank, targets = point.lora.rank, point.lora.targets
         for name, module in model.named_modules():
             if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets:
                 tensors += [(rank * module.in_features, True), (module.out_features * rank, True)]
-    return tensors
-
-
-def model_state_bytes(tensors: list[tuple[int, bool]], point: FinetunePoint) -> dict[str, int]:
-    """What one rank holds, tensor by tensor, as the worker counts it (strategies.held_bytes).
-    Everything takes the run's dtype (adapters are cast to it, as the authors' script did)
-    except FSDP's trainable tensors, which its mixed precision keeps in FP32. FSDP shards every
-    tensor; ZeRO-3 partitions every tensor but keeps those under its persistence threshold
-    whole on every rank, and its optimizer works on FP32 master partitions (4 + 8 bytes)."""
     width, n, strategy = BYTES[point.dtype], point.cards, point.strategy
     persistence = point.zero3_persistence_threshold
     persistence = ZERO3_PERSISTENCE if persistence is None else persistence
@@ -89,12 +84,8 @@ def model_state_bytes(tensors: list[tuple[int, bool]], point: FinetunePoint) -> 
     trained = 4 if strategy == "fsdp" else width
     out = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
     for elements, trainable in tensors:
-        if strategy == "zero3":
-            whole = elements if elements < persistence else 0
-            held = math.ceil(elements / n) + whole
-            share = math.ceil(elements / n)
-        else:
-            held = share = math.ceil(elements / n) if strategy == "fsdp" else elements
+        share = elements if strategy == "ddp" else math.ceil(elements / n)
+        held = share + (elements if strategy == "zero3" and elements < persistence else 0)
         out["parameters"] += held * (trained if trainable else width)
         if trainable:
             out["gradients"] += share * trained
@@ -132,7 +123,7 @@ def plan(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryP
     what a sharded rank gathers at once (the unwrapped rest and two decoder layers, the
     current and the prefetched next), activations and the framework overhead."""
     model = meta_model(config)
-    states = model_state_bytes(tensor_shapes(model, point), point)
+    states = model_state_bytes(model, point)
     layers = model.get_decoder().layers  # a sharded rank gathers one (and the next) at a time
     layer = sum(p.numel() for p in layers[0].parameters())
     rest = sum(p.numel() for p in model.parameters()) - len(layers) * layer

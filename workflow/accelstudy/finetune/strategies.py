@@ -23,26 +23,35 @@ PARAMETER_KEYS = ("params_trainable", "params_frozen", "params_whole_copies")
 STATE_KEYS = (*PARAMETER_KEYS, "grads", "master_fp32", "optimizer_states")
 BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 QUIET = dict(save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True)
+# The authors' FSDP in FSDP2 terms (decoder-layer auto wrap, FULL_SHARD, no offload; FSDP2 always
+# has their use_orig_params and BACKWARD_PRE). FSDP1 fails on one process with tied embeddings
+# (SmolLM2) when it falls back to NO_SHARD.
+FSDP2 = dict(version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", reshard_after_forward=True)
+FSDP2 |= dict(cpu_offload=False)
+# The authors' fsdp_config.json (optimum-habana's language-modeling example), whose keys
+# GaudiTrainingArguments reads without the file's `fsdp_` prefix (FULL_SHARD, auto wrap and no
+# offload come from `fsdp` itself)
+GAUDI_FSDP = dict(state_dict_type="FULL_STATE_DICT", use_orig_params=True, sync_module_states=True)
+GAUDI_FSDP |= dict(
+    activation_checkpointing=False, backward_prefetch="BACKWARD_PRE", forward_prefetch=False
+)
 # Habana/llama's gaudi_config.json, shipped so that no run looks it up on the Hub
 GAUDI_CONFIG = PROJECT_ROOT / "envs" / "gaudi" / "gaudi_config.json"
 
 
-def extensions_dir() -> Path:
-    """Where DeepSpeed's JIT-compiled ops (the CPU shared-memory op) live: one user cache
-    per Python and torch build, so the op is compiled once, not once per job."""
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+def process_env() -> dict[str, str]:
+    """Defaults for each rank's environment: this process's cores (its affinity mask, e.g. SLURM's
+    cpuset) split between the ranks on this node (torchrun's, Open MPI's or DeepSpeed's count),
+    not oversubscribed; DeepSpeed's JIT-compiled ops (the CPU shared-memory op) in one user cache
+    per Python and torch build, so that the op is compiled once, not once per job."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    keys = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE")
+    local = next((int(os.environ[key]) for key in keys if key in os.environ), 1)
+    threads = max(1, (cores or 1) // max(1, local))
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     build = f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__}"
-    return cache / "accelstudy" / "torch_extensions" / build.replace("+", "_")
-
-
-def process_env(local_processes: int) -> dict[str, str]:
-    """Environment of each rank: the cores this process may use (its affinity mask, e.g. SLURM's
-    cpuset) split between the ranks on this node, so that they do not oversubscribe them."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = max(1, (cores or 1) // max(1, local_processes))
-    return {"OMP_NUM_THREADS": str(threads), "TORCH_EXTENSIONS_DIR": str(extensions_dir())}
+    extensions = cache / "accelstudy" / "torch_extensions" / build.replace("+", "_")
+    return {"OMP_NUM_THREADS": str(threads), "TORCH_EXTENSIONS_DIR": str(extensions)}
 
 
 def deepspeed_config(point: FinetunePoint) -> dict[str, Any]:
@@ -55,14 +64,6 @@ def deepspeed_config(point: FinetunePoint) -> dict[str, Any]:
     batches = dict.fromkeys(BATCH_KEYS, "auto")
     bf16 = {"enabled": point.dtype == "bfloat16"}
     return dict(zero_optimization=zero, bf16=bf16, gradient_clipping=point.max_grad_norm, **batches)
-
-
-def fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
-    """The authors' FSDP in FSDP2 terms (decoder-layer auto wrap, FULL_SHARD, no offload; FSDP2
-    always has their use_orig_params and BACKWARD_PRE). FSDP1 fails on one process with tied
-    embeddings (SmolLM2) when it falls back to NO_SHARD."""
-    config = dict(version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", cpu_offload=False)
-    return {**config, "transformer_layer_cls_to_wrap": layer_classes, "reshard_after_forward": True}
 
 
 def prepare_state(strategy: str, device_kind: str) -> None:
@@ -92,21 +93,11 @@ def gaudi_env(point: FinetunePoint) -> dict[str, str]:
     return {"PT_HPU_LAZY_MODE": "1" if gaudi_mode(point) == "lazy" else "0"}
 
 
-def gaudi_fsdp_config(layer_classes: list[str]) -> dict[str, Any]:
-    """The authors' fsdp_config.json (optimum-habana's language-modeling example) as a dict,
-    whose keys GaudiTrainingArguments reads without the `fsdp_` prefix a file carries;
-    FULL_SHARD, auto wrap and no offload come from `fsdp` itself."""
-    config = dict(transformer_layer_cls_to_wrap=layer_classes, state_dict_type="FULL_STATE_DICT")
-    config.update(use_orig_params=True, sync_module_states=True, activation_checkpointing=False)
-    return {**config, "backward_prefetch": "BACKWARD_PRE", "forward_prefetch": False}
-
-
 def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers: list[str]) -> Any:
     """The authors' recipe on every device: constant lr (their warmup_ratio did nothing and is
     not passed), torch's AdamW (Habana's fused AdamW keeps the same states), nothing evaluated
-    or saved unless `checkpoint_steps` asks (newest kept). On Gaudi as GaudiTrainingArguments,
-    as their run_lora_clm.py took it: lazy mode or torch.compile (hpu_backend, no fwd/bwd
-    pipelining)."""
+    or saved unless `checkpoint_steps` asks (newest kept). On Gaudi GaudiTrainingArguments, as
+    their run_lora_clm.py took them: lazy mode or torch.compile."""
     kwargs: dict[str, Any] = dict(output_dir=str(out), seed=point.seed, **QUIET)
     kwargs["logging_steps"] = 1  # every step's loss, for the record
     kwargs.update(max_steps=point.max_steps, per_device_train_batch_size=point.per_device_batch)
@@ -128,7 +119,8 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
             kwargs.update(torch_compile=True, torch_compile_backend="hpu_backend")
             kwargs["pipelining_fwd_bwd"] = False
         if fsdp:
-            kwargs.update(fsdp="full_shard auto_wrap", fsdp_config=gaudi_fsdp_config(layers))
+            gaudi_fsdp = {**GAUDI_FSDP, "transformer_layer_cls_to_wrap": layers}
+            kwargs.update(fsdp="full_shard auto_wrap", fsdp_config=gaudi_fsdp)
         return GaudiTrainingArguments(**kwargs)
     kwargs["use_cpu"] = on_cpu
     if zero3 and on_cpu:  # reuse prepare_state's DeepSpeed-on-gloo state
@@ -136,30 +128,23 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
     if not zero3:
         kwargs.update(ddp_backend="gloo" if on_cpu else None, ddp_find_unused_parameters=False)
     if fsdp:
-        kwargs.update(fsdp=True, fsdp_config=fsdp_config(layers))
+        kwargs.update(fsdp=True, fsdp_config={**FSDP2, "transformer_layer_cls_to_wrap": layers})
     return TrainingArguments(**kwargs)
-
-
-def gaudi_model_flags(point: FinetunePoint) -> dict[str, bool]:
-    """Attention fused: Habana's flash attention with its causal mask, both off for eager;
-    compiled runs without fused RoPE, as the authors' FSDP and compiled runs."""
-    fused = point.attention == "fused"
-    flags = {"use_flash_attention": fused, "flash_attention_causal_mask": fused}
-    if gaudi_mode(point) == "compile":
-        flags["use_fused_rope"] = False
-    return flags
 
 
 def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwargs: Any) -> Any:
     """StrategyTrainer; on Gaudi GaudiTrainer with the shipped Gaudi config, as run_lora_clm.py:
-    the model flags go on the generation config (where it reads them) and FSDP also wraps each
-    LoRA layer (peft's policy)."""
+    the model flags go on the generation config (where it reads them): fused attention is
+    Habana's flash attention with its causal mask, compiled runs go without fused RoPE (as the
+    authors' FSDP and compiled runs); FSDP also wraps each LoRA layer (peft's policy)."""
     if device_kind != "hpu":
         return StrategyTrainer(model=model, args=args, **kwargs)
     from optimum.habana import GaudiConfig, GaudiTrainer
 
-    for key, value in gaudi_model_flags(point).items():
-        setattr(model.generation_config, key, value)
+    flags, fused = model.generation_config, point.attention == "fused"
+    flags.use_flash_attention = flags.flash_attention_causal_mask = fused
+    if gaudi_mode(point) == "compile":
+        flags.use_fused_rope = False
     gaudi_config = GaudiConfig.from_pretrained(str(GAUDI_CONFIG))
     gaudi = GaudiTrainer(model=model, gaudi_config=gaudi_config, args=args, **kwargs)
     if point.strategy == "fsdp" and point.method == "lora":

@@ -77,8 +77,7 @@ class Meter(TrainerCallback):
         metrics = {"train_runtime_s": end - self.times["begin"], "steps": steps}
         metrics.update(throughput_warmup_steps=warmup, samples_per_s=samples / timed_s)
         metrics["tokens_per_s"] = samples * point.max_seq_length / timed_s
-        final = self.losses[-1] if self.losses else math.nan
-        metrics = {**metrics, "final_loss": final, "losses": self.losses}
+        metrics.update(final_loss=self.losses[-1] if self.losses else math.nan, losses=self.losses)
         return {"resumed_from_step": self.start, "model_state_bytes": self.held, "metrics": metrics}
 
 
@@ -93,8 +92,8 @@ def decoder_layer_classes(model_dir: Path) -> list[str]:
 
 
 def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
-    """The prepared model in the point's dtype and attention (on Gaudi: gaudi_model_flags), with
-    LoRA adapters in the model's dtype, as the authors' `lora_model.to(bfloat16)`."""
+    """The prepared model in the point's dtype and attention (on Gaudi: strategies.trainer's
+    flags), with LoRA adapters in its dtype, as the authors' `lora_model.to(bfloat16)`."""
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,13 +107,9 @@ def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), use_safetensors=True, **kwargs)
     model.config.use_cache = False
     if point.method == "lora":
-        lora = point.lora
-        adapters = dict(
-            target_modules=list(lora.targets), task_type=TaskType.CAUSAL_LM, bias="none"
-        )
-        config = LoraConfig(
-            r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, **adapters
-        )
+        lora, causal = point.lora, TaskType.CAUSAL_LM
+        shape = dict(r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.targets))
+        config = LoraConfig(**shape, lora_dropout=lora.dropout, bias="none", task_type=causal)
         model = get_peft_model(model, config, autocast_adapter_dtype=False)
     return model, tokenizer
 
@@ -148,7 +143,7 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measure
 
     device = resolve(point.device or "auto")
     # the launcher's OMP_NUM_THREADS wins (torchrun sets 1 where none is given)
-    for key, value in strategies.process_env(ranks.local_processes()).items():
+    for key, value in strategies.process_env().items():
         os.environ.setdefault(key, value)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     strategies.prepare_state(point.strategy, device.kind)
@@ -183,9 +178,8 @@ def summarise(point: FinetunePoint, measured: list[ranks.Measured]) -> dict[str,
     if first["device"] == "hpu":
         metrics["gaudi_mode"] = strategies.gaudi_mode(point)
     metrics["model_state_bytes"] = [m["model_state_bytes"] for m in measured]
-    world, device = first["world_size"], first["device"]
-    result = {"point": point.as_dict(), "world_size": world, "device": device, "metrics": metrics}
-    return {**result, "notes": {"warmup_ratio": WARMUP_NOTE}}
+    result = dict(point=point.as_dict(), world_size=first["world_size"], device=first["device"])
+    return {**result, "metrics": metrics, "notes": {"warmup_ratio": WARMUP_NOTE}}
 
 
 def ensure_gaudi_mode(point: FinetunePoint, argv: list[str]) -> None:

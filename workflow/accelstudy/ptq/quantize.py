@@ -20,6 +20,7 @@ from transformers import AutoTokenizer
 from accelstudy.data.sources import read_prepared
 from accelstudy.evaluate.baseline import EvalJob
 from accelstudy.models import load_prepared
+from accelstudy.points import bits_label
 from accelstudy.ptq import RecipeDeviceError, SensitivityTableError, weights
 from accelstudy.ptq.prune import decoder_layers, decoder_linears
 from accelstudy.ptq.sensitivity import build_calibration
@@ -178,5 +179,5 @@ def quantize(**flags: Any) -> dict[str, Any]:
     parameters |= {"group_size": job.group_size, "symmetric": job.symmetric, "limit": job.limit}
     parameters["assignment"] = spec.get("layer_bits", spec.get("module_bits"))
     parameters |= {"settings": job.settings, "note": note}
-    method = f"{job.recipe} [{','.join(str(b) for b in spec['bits'])}]"
+    method = f"{job.recipe} {bits_label(spec['bits'])}"
     return job.write("quantized", method, "paper", parameters, metrics, hashed=parameters)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelstudy.files import atomic_open
+from accelstudy.points import bits_label
 from accelstudy.report import diffusion, figures, finetune, tables
 from accelstudy.report.collect import collect_records, collect_sensitivity, joined, load_published
 
@@ -156,7 +157,7 @@ def build_report(
     published = load_published()
     write_records(records, out)
     baseline = tables.baseline_table(records, published)
-    ours = tables.table1(records, [tables.bits_label(b) for b in bit_lists])
+    ours = tables.table1(records, [bits_label(b) for b in bit_lists])
     theirs = tables.published_table1(published)
     for table, name in [(baseline, "baseline"), (ours, "table1"), (theirs, "table1_published")]:
         write_csv(table, out / f"{name}.csv")

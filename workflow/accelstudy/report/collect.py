@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from accelstudy.paths import RESOURCES
-from accelstudy.report.tables import bit_order, bits_label
+from accelstudy.points import bits_label
+from accelstudy.report.tables import bit_order
 
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
 WHAT = ("study", "stage", "system", "device", "model", "task", "method")

@@ -27,11 +27,6 @@ OURS = {"metric_compression_ratio": "compression", "bits": "bit list", "recipe":
 PUBLISHED = {"column": "bit list", "system": "recipe / system"}
 
 
-def bits_label(bits: Iterable[int]) -> str:
-    """[16, 8, 4] -> "[16,8,4]", as the quantized records name their method."""
-    return "[" + ",".join(str(b) for b in bits) + "]"
-
-
 def bit_order(labels: Iterable[str]) -> list[str]:
     """The paper's bit lists first, in its order; then the others as given (config order)."""
     labels = list(dict.fromkeys(labels))
