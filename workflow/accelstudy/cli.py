@@ -93,8 +93,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     ),
     "prepare-data": (
         "load one split of a task; cache as JSON Lines", "accelstudy.data.sources:prepare_data",
-        [("task", {"choices": TASK_NAMES}),
-         ("spec", {"help": "the tasks.<name> config entry"}),
+        [("task", {"choices": TASK_NAMES}), ("spec", {"help": "the tasks.<name> config entry"}),
          ("split", {"required": True, "choices": SPLITS}), "out"],
     ),
     "baseline": (
@@ -119,8 +118,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          "granularity", ("family", {"default": "mlp"}),
          ("sparsity", {"type": float, "required": True}),
          ("chunks", {"type": int, "required": True}), ("chunk", {"type": int, "required": True}),
-         ("prefix-reuse", {"type": _json, "default": True}), ("device", {"choices": None}),
-         "out"],
+         ("prefix-reuse", {"type": _json, "default": True}), ("device", {"choices": None}), "out"],
     ),
     "gather-sensitivity": (
         "chunks -> one sensitivity table", "accelstudy.ptq.sensitivity:gather_sensitivity",
@@ -128,8 +126,8 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     ),
     "cluster": (
         "sensitivity table -> layer-to-bits map", "accelstudy.ptq.clustering:cluster",
-        ["table", "bits", ("method", {"default": "percentile"}),
-         ("remainder", {"default": "last"}), "model-dir", "out"],
+        ["table", "bits", ("method", {"default": "percentile"}), ("remainder", {"default": "last"}),
+         "model-dir", "out"],
     ),
     "quantize": (
         "quantize per an assignment and evaluate", "accelstudy.ptq.quantize:quantize",
@@ -147,8 +145,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         [("spec", {"help": "the finetune.data config entry"}), "out"],
     ),
     "finetune": (
-        "plan, launch and record one fine-tuning point",
-        "accelstudy.finetune.job:run",
+        "plan, launch and record one fine-tuning point", "accelstudy.finetune.job:run",
         ["study", "system", "model-name", "data-source", "model-dir",
          ("point", {"type": FinetunePoint.from_json, "help": "the point (finetune keys)"}),
          "threads", "device", "out"],
@@ -171,15 +168,13 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("out", {"help": "the pairs (npz)"}), ("card", {"help": "the data card (JSON)"})],
     ),
     "diffusion": (
-        "launch and record one SR3 strong-scaling point",
-        "accelstudy.diffusion.job:run",
+        "launch and record one SR3 strong-scaling point", "accelstudy.diffusion.job:run",
         ["study", "system",
          ("point", {"type": DiffusionPoint.from_json, "help": "the point (diffusion keys)"}),
          "data", "card", "out", "samples", "threads", "device"],
     ),
     "compare": (
-        "one report across systems from several runs' results",
-        "accelstudy.report.compare:compare",
+        "one report across systems from several runs' results", "accelstudy.report.compare:compare",
         [("runs", {"positional": True, "type": Path, "nargs": "+",
                    "help": "results/<study> folders, one per run"}),
          ("out", {"help": "the comparative report's folder"}),

@@ -78,19 +78,19 @@ def command(
 
 @dataclass
 class PointJob:
-    """A sweep point's job from its flags (study, system by name, cores, record path, device):
-    launch its ranks, then write its record. Its wall time starts when it is made."""
+    """A sweep point's job from its flags (study, system, cores, record path, device): launch
+    its ranks, then write its record. Its wall time starts when it is made."""
 
     study: str
-    system: str
+    system: System  # the CLI passes its name; the file is loaded once, here
     threads: int
     out: Path
     device_kind: str = "auto"
     started: float = field(init=False, repr=False, default_factory=time.perf_counter)
 
-    @cached_property
-    def machine(self) -> System:
-        return load_system(self.system)
+    def __post_init__(self) -> None:
+        if isinstance(self.system, str):
+            self.system = load_system(self.system)
 
     @cached_property
     def device(self) -> Any:
@@ -105,12 +105,12 @@ class PointJob:
         read from beside the record and removed, the ranks' device taken over; raise if they
         fail. On Gaudi, `hpu_env` adds what Habana's bridge reads as it loads (its lazy mode)."""
         result = self.out.with_name(f".{self.out.stem}.ranks.json")
-        command_line = command(self.machine, cards, module, [*args, "--out", str(result)], strategy)
+        command_line = command(self.system, cards, module, [*args, "--out", str(result)], strategy)
         # OMP threads per rank: the ranks of one node share its job's cores, not oversubscribe
-        omp = str(max(1, self.threads // self.machine.layout(cards)[1]))
+        omp = str(max(1, self.threads // self.system.layout(cards)[1]))
         log.info("launching: %s", " ".join(command_line))
         try:
-            gaudi = hpu_env if self.machine.device == "hpu" else {}
+            gaudi = hpu_env if self.system.device == "hpu" else {}
             environ = {**os.environ, "OMP_NUM_THREADS": omp, **gaudi}
             finished = subprocess.run(command_line, env=environ, check=False)
             if finished.returncode != 0 or not result.is_file():
@@ -120,13 +120,13 @@ class PointJob:
         finally:
             result.unlink(missing_ok=True)
         if outcome.get("device", self.device.kind) != self.device.kind:
-            self.device = RanksDevice(outcome["device"], self.machine.label)
+            self.device = RanksDevice(outcome["device"], self.system.label)
         return outcome
 
     def record(self, stage: str, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:
         """Write this point's record (no evaluation protocol); log its status."""
         metrics["wall_time_s"] = round(time.perf_counter() - self.started, 3)
-        where = dict(started=self.started, stage=stage, study=self.study, system=self.machine)
+        where = dict(started=self.started, stage=stage, study=self.study, system=self.system)
         record = write_job_record(
             self.out, device=self.device, protocol=None, metrics=metrics, **where, **fields
         )

@@ -79,13 +79,9 @@ class FinetunePoint(Point):
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> FinetunePoint:
-        lora = values.get("lora") or {}
-        return cls(
-            **{
-                **values,
-                "lora": Lora(**{**lora, "targets": tuple(lora.get("targets", Lora.targets))}),
-            }
-        )
+        lora = dict(values.get("lora") or {})
+        lora["targets"] = tuple(lora.get("targets", Lora.targets))
+        return cls(**{**values, "lora": Lora(**lora)})
 
     @property
     def samples_per_step(self) -> int:

@@ -48,9 +48,9 @@ def run(
     PointJob's (study, system, threads, out, device_kind)."""
     job = PointJob(**flags)
     # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
-    ranks_device = job.machine.device if job.device_kind == "auto" else job.device.kind
+    ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind
     predicted = plan(load_config(model_dir), point, ranks_device)
-    budget = memory_per_card(job.machine, point.cards)
+    budget = memory_per_card(job.system, point.cards)
     metrics: dict[str, Any] = {"predicted": predicted.as_dict(), "memory_per_card_gb": budget}
     reason = unsupported(point, model_dir, ranks_device)
     if reason and point.on_unsupported != "record":
