@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # the rules call the `accelstudy` CLI: the running interpreter's bin dir must be on PATH
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+TINY_CONFIG = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())  # the tests' study
 EVAL_SETTINGS = {
     "block_size": 64,
     "batch_size": 4,
@@ -77,3 +81,39 @@ def pysm_local_data(tmp_path_factory):
         del os.environ["PYSM_LOCAL_DATA"]
     else:
         os.environ["PYSM_LOCAL_DATA"] = previous
+
+
+def snakemake(
+    workdir: Path, *args: str, config: dict | None = None, umask: int = -1
+) -> subprocess.CompletedProcess:
+    """Snakemake on a study (by default the tiny one) in `workdir`."""
+    config_path = workdir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config or TINY_CONFIG))
+    cmd = [*SNAKEMAKE, "--directory", str(workdir), "--configfile", str(config_path), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, umask=umask)
+
+
+def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
+    """Job counts from a dry run's 'Job stats' table."""
+    counts, in_table = {}, False
+    for line in result.stdout.splitlines():
+        if line.startswith("job ") and "count" in line:
+            in_table = True
+            continue
+        if in_table:
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                if parts[0] == "total":
+                    break
+                counts[parts[0]] = int(parts[1])
+    return counts
+
+
+@pytest.fixture(scope="session")
+def study(tmp_path_factory):
+    """The tiny study run once for the whole session (every module that needs its results)."""
+    workdir = tmp_path_factory.mktemp("study")
+    # a project directory shared with a group: results must come out group-readable
+    result = snakemake(workdir, "--cores", "2", umask=0o002)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir

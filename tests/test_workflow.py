@@ -5,51 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SNAKEMAKE, TINY_CONFIG, planned_jobs, snakemake
 
 pytestmark = pytest.mark.e2e
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
-TINY_CONFIG = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
-
-
-def snakemake(
-    workdir: Path, *args: str, config: dict | None = None, umask: int = -1
-) -> subprocess.CompletedProcess:
-    config_path = workdir / "config.yaml"
-    config_path.write_text(yaml.safe_dump(config or TINY_CONFIG))
-    cmd = [*SNAKEMAKE, "--directory", str(workdir), "--configfile", str(config_path), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, umask=umask)
-
-
-def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
-    """Job counts from a dry run's 'Job stats' table."""
-    counts, in_table = {}, False
-    for line in result.stdout.splitlines():
-        if line.startswith("job ") and "count" in line:
-            in_table = True
-            continue
-        if in_table:
-            parts = line.split()
-            if len(parts) == 2 and parts[1].isdigit():
-                if parts[0] == "total":
-                    break
-                counts[parts[0]] = int(parts[1])
-    return counts
-
-
-@pytest.fixture(scope="session")
-def study(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("study")
-    # a project directory shared with a group: results must come out group-readable
-    result = snakemake(workdir, "--cores", "2", umask=0o002)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return workdir
 
 
 def test_results_get_the_umask_modes(study):
