@@ -53,7 +53,9 @@ def main() -> int:
             out = folder / f"devices-{devices}.json"
             cli = ["--point", point(sweep, devices, iterations).to_json()]
             cli += ["--data", str(folder / "pairs.npz"), "--samples", str(folder / "panel.npz")]
-            result = PointJob("bench", "cpu", args.threads, out).launch(devices, WORKER, cli)
+            result = PointJob(study="bench", system="cpu", threads=args.threads, out=out).launch(
+                devices, WORKER, cli
+            )
             rates[devices] = result["metrics"]
     print(f"matmul FP32 ({args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
     for devices, m in rates.items():

@@ -10,15 +10,12 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from accelstudy import device as devices
 from accelstudy.errors import StudyError
-from accelstudy.records import write_job_record
-from accelstudy.systems import System, load_system
+from accelstudy.records import Job
+from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
 RENDEZVOUS_PORT = 29500
@@ -76,27 +73,13 @@ def command(
     return [*srun, *torchrun, f"--nnodes={nodes}", "--rdzv-backend=c10d", endpoint, job, *worker]
 
 
-@dataclass
-class PointJob:
-    """A sweep point's job from its flags (study, system, cores, record path, device): launch
-    its ranks, then write its record. Its wall time starts when it is made."""
+@dataclass(kw_only=True)
+class PointJob(Job):
+    """A sweep point's job: launch its ranks on its cores, then write its record. Its device
+    becomes the ranks' once they report one (a launcher host without cards, such as a
+    Kubeflow MPIJob's, records the cards its ranks used)."""
 
-    study: str
-    system: System  # the CLI passes its name; the file is loaded once, here
     threads: int
-    out: Path
-    device_kind: str = "auto"
-    started: float = field(init=False, repr=False, default_factory=time.perf_counter)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.system, str):
-            self.system = load_system(self.system)
-
-    @cached_property
-    def device(self) -> Any:
-        """Where this job runs; the ranks' device once they report one (a launcher host
-        without cards, such as a Kubeflow MPIJob's, records the cards its ranks used)."""
-        return devices.resolve(self.device_kind)
 
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
@@ -126,9 +109,6 @@ class PointJob:
     def record(self, stage: str, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:
         """Write this point's record (no evaluation protocol); log its status."""
         metrics["wall_time_s"] = round(time.perf_counter() - self.started, 3)
-        where = dict(started=self.started, stage=stage, study=self.study, system=self.system)
-        record = write_job_record(
-            self.out, device=self.device, protocol=None, metrics=metrics, **where, **fields
-        )
+        record = self.write(stage=stage, protocol=None, metrics=metrics, **fields)
         log.info("%s %s: %s", stage, self.out, metrics["status"])
         return record

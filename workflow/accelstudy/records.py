@@ -10,6 +10,8 @@ import os
 import platform
 import subprocess
 import time
+from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from accelstudy import __version__
 from accelstudy.config import config_hash
 from accelstudy.files import write_json
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
-from accelstudy.systems import System
+from accelstudy.systems import System, load_system
 
 SCHEMA_VERSION = 1  # bump when a record's fields change meaning; `compare` reads only this one
 VERSIONED_PACKAGES = (  # noqa: SIM905 (a list of names, one line)
@@ -151,6 +153,34 @@ def write_job_record(
     record["provenance"]["system"] = system.facts()
     write_record(out, record)
     return record
+
+
+@dataclass(kw_only=True)
+class Job:
+    """What every stage's job has: the study and system it records for (the CLI passes the
+    system's name; its file is loaded once, here), where its record goes, the device it runs
+    on, and the clock its wall time runs on, started when the job is made."""
+
+    study: str
+    system: System
+    out: Path
+    device_kind: str = "auto"
+    started: float = field(init=False, repr=False, default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.system, str):
+            self.system = load_system(self.system)
+
+    @cached_property
+    def device(self) -> Any:
+        from accelstudy.device import resolve  # torch, only once a job runs
+
+        return resolve(self.device_kind)
+
+    def write(self, **fields: Any) -> dict[str, Any]:
+        """Write this job's record (write_job_record's fields but the job's own)."""
+        mine = {"study": self.study, "system": self.system, "device": self.device}
+        return write_job_record(self.out, started=self.started, **mine, **fields)
 
 
 def read_record(path: str | Path) -> dict[str, Any]:

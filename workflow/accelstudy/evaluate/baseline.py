@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +12,13 @@ from accelstudy import device as devices
 from accelstudy.data.sources import read_prepared
 from accelstudy.evaluate import evaluate_task
 from accelstudy.models import load_prepared
-from accelstudy.records import write_job_record
-from accelstudy.systems import load_system
+from accelstudy.records import Job
 
 
-@dataclass(frozen=True, kw_only=True)
-class EvalJob:
-    """An evaluation stage's flags: a prepared model on one task's prepared rows, recorded
-    for a study and a system (by name) at `out`. Its wall time starts when it is made."""
+@dataclass(kw_only=True)
+class EvalJob(Job):
+    """An evaluation stage's flags: a prepared model on one task's prepared rows."""
 
-    study: str
-    system: str
     model_name: str
     model_dir: Path
     task: str
@@ -32,13 +26,6 @@ class EvalJob:
     data_source: str
     settings: dict[str, Any]
     limit: int | None
-    out: Path
-    device_kind: str = "auto"
-    started: float = field(init=False, repr=False, default_factory=time.perf_counter)
-
-    @cached_property
-    def device(self) -> devices.Device:
-        return devices.resolve(self.device_kind)
 
     def evaluate(self, model: torch.nn.Module, tokenizer: Any, protocol: str) -> dict[str, Any]:
         model.to(self.device.torch)
@@ -50,11 +37,9 @@ class EvalJob:
         self, stage: str, method: str, protocol: str, parameters: dict, metrics: dict, hashed: dict
     ) -> dict[str, Any]:
         """Write the job's record, its config hash over `hashed`."""
-        fields = {"stage": stage, "study": self.study, "model": self.model_name, "task": self.task}
-        fields |= {"method": method, "protocol": protocol, "data_source": self.data_source}
-        fields |= {"system": load_system(self.system), "device": self.device}
-        fields |= {"parameters": parameters, "metrics": metrics}
-        return write_job_record(self.out, started=self.started, hashed=hashed, **fields)
+        fields = {"stage": stage, "model": self.model_name, "task": self.task, "method": method}
+        fields |= {"protocol": protocol, "data_source": self.data_source}
+        return super().write(parameters=parameters, metrics=metrics, hashed=hashed, **fields)
 
 
 def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from accelstudy.ptq.prune import decoder_layers, decoder_linears
 from accelstudy.ptq.sensitivity import build_calibration
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class QuantJob(EvalJob):
     """The `quantize` stage's flags: the evaluation job's, the assignment, the recipe's."""
 
