@@ -1,7 +1,5 @@
 """`accelstudy <stage> ...`: one subcommand per pipeline stage, as the Snakemake rules call them."""
 
-from __future__ import annotations
-
 import argparse
 import importlib
 import json

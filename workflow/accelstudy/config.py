@@ -3,8 +3,6 @@
 Every failure is one line naming the key at fault and what is expected, so a user can fix the
 YAML without reading a traceback."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 from collections.abc import Iterator, Mapping

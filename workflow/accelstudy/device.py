@@ -1,8 +1,6 @@
 """cuda | hpu | cpu: the one place that knows how accelerators differ, so science code asks
 for a device, dtype, synchronise or peak-memory reading and never branches on hardware."""
 
-from __future__ import annotations
-
 import importlib.util
 import os
 import platform

@@ -1,8 +1,6 @@
 """Atomic file writes: a temporary sibling renamed into place, so a killed job never leaves a
 file a re-run would take as done, with the modes open()/mkdir() would give under the umask."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -2,8 +2,6 @@
 torchrun on one node, `srun --overlap` + c10d across SLURM nodes, on Gaudi mpirun (as
 gaudi_spawn.py; over a Kubeflow MPIJob's hostfile) or DeepSpeed's launcher for ZeRO-3."""
 
-from __future__ import annotations
-
 import json
 import logging
 import os

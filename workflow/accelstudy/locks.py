@@ -1,8 +1,6 @@
 """Remove the `.snakemake/locks/` a killed Snakemake run leaves ("Directory cannot be locked"
 on the next run), but only when no Snakemake process works in this directory."""
 
-from __future__ import annotations
-
 import os
 import shutil
 from pathlib import Path

@@ -1,8 +1,6 @@
 """Load causal LMs by Hugging Face id, local directory, GGUF file, or as a tiny random Llama;
 the `prepare-model` stage saves one safetensors directory, so later jobs load fast, offline."""
 
-from __future__ import annotations
-
 import importlib.util
 import logging
 import os

@@ -3,16 +3,12 @@ config (the rules pass them to jobs as JSON), serialised once, read by attribute
 A point carries only the config values its job depends on, so editing one knob re-runs only
 the points it changes. The defaults are the schema's."""
 
-from __future__ import annotations
-
 import dataclasses
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
-
-P = TypeVar("P", bound="Point")
+from typing import Any, NamedTuple, Self
 
 
 class Point:
@@ -28,14 +24,14 @@ class Point:
         return json.dumps(self.as_dict(), sort_keys=True)
 
     @classmethod
-    def from_json(cls: type[P], text: str | Mapping[str, Any]) -> P:
+    def from_json(cls, text: str | Mapping[str, Any]) -> Self:
         return cls.from_dict(json.loads(text) if isinstance(text, str) else text)
 
     @classmethod
-    def from_dict(cls: type[P], values: Mapping[str, Any]) -> P:
+    def from_dict(cls, values: Mapping[str, Any]) -> Self:
         return cls(**values)  # type: ignore[call-arg]
 
-    def replace(self: P, **changes: Any) -> P:
+    def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
@@ -78,7 +74,7 @@ class FinetunePoint(Point):
     OPTIONAL = ("zero3_persistence_threshold", "device")
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> FinetunePoint:
+    def from_dict(cls, values: Mapping[str, Any]) -> Self:
         lora = dict(values.get("lora") or {})
         lora["targets"] = tuple(lora.get("targets", Lora.targets))
         return cls(**{**values, "lora": Lora(**lora)})

@@ -2,8 +2,6 @@
 of memory is a result (`does-not-fit`, exit 0): the sweep goes on and the report shows the
 hole. Any other error writes nothing, so the scheduler's retry starts the point afresh."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import socket

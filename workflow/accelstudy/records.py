@@ -1,8 +1,6 @@
 """The result record every job writes: what ran, its metrics and its provenance, validated
 against workflow/schemas/record.schema.yaml and written atomically."""
 
-from __future__ import annotations
-
 import contextlib
 import datetime as dt
 import json

@@ -1,8 +1,6 @@
 """Check a site profile against its system file before Snakemake submits a job: a mismatch
 would otherwise surface as a rejected sbatch or a job pending forever, mid-study."""
 
-from __future__ import annotations
-
 import re
 from collections.abc import Mapping, MutableMapping
 from typing import Any

@@ -2,8 +2,6 @@
 against the system it runs on. Snakemake (workflow/rules/common.smk) and the CLI call this;
 every failure is one line naming the key and the fix."""
 
-from __future__ import annotations
-
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path

@@ -1,13 +1,11 @@
 """A machine as its system file describes it (config/systems/<name>.yaml): device kind,
 cards per node, nodes, dtypes, launcher and scheduler, and the checks a sweep must pass."""
 
-from __future__ import annotations
-
 import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -71,7 +69,7 @@ class System:
         """What the file says the machine is, so runs that share a name can be checked."""
         return {key: getattr(self, key) for key in FACT_KEYS}
 
-    def replace(self, **changes: Any) -> System:
+    def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
 
 

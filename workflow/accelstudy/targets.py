@@ -2,8 +2,6 @@
 wildcard constraints from the schema. workflow/rules/*.smk name files and call these; parsing
 the workflow imports no torch."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path

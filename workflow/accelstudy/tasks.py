@@ -3,8 +3,6 @@ layer, the schema's checks, the CLI and the report read. Adding a task is one en
 rows' normaliser and stand-in (data/), and its scorer (evaluate/), as in lm-evaluation-harness.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Literal
 

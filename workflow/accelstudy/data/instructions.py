@@ -4,8 +4,6 @@ run_lora_clm.py (`--dataset_concatenation`, `--max_seq_length 512`), prepares it
 labels equal to the inputs (`train_on_inputs` defaults to True there), all concatenated and
 cut into `max_seq_length` blocks, the remainder dropped."""
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

@@ -3,8 +3,6 @@ and cached as JSON Lines under results/, so evaluation jobs never touch the netw
 (a HellaSwag label that indexes no ending, a BoolQ answer of "maybe") would become a quiet wrong
 number: it stops `prepare-data` with one line naming file, row, column and value."""
 
-from __future__ import annotations
-
 import json
 import logging
 from pathlib import Path

@@ -1,8 +1,6 @@
 """Offline stand-ins from real English text every CPython ships (`pydoc_data.topics`), so the
 default study needs no network; each has its task's schema; records label it "stand-in"."""
 
-from __future__ import annotations
-
 import random
 import re
 from collections.abc import Iterator

@@ -1,8 +1,6 @@
 """One strong-scaling point as one Snakemake job: launch its ranks, write its record (also
 `does-not-fit`); any other failure leaves no record and fails the job."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any
 

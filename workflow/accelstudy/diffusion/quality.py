@@ -3,8 +3,6 @@
 Images live in [-1, 1], so the data range is 2. SSIM is Wang et al. (2004) with the
 Gaussian window (sigma 1.5) and its sample covariance, as their reference code computes it."""
 
-from __future__ import annotations
-
 import numpy as np
 import torch
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity

@@ -4,8 +4,6 @@ UNet2DModel takes [up-sampled low-res, noisy high-res] and SR3's continuous nois
 sqrt(alpha_bar) as its "timestep"; training draws that level between two steps' and takes
 the summed L1 on the noise, as the port does. Evaluation samples with a short DDIM schedule."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping
 from typing import Any

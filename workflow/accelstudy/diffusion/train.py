@@ -4,8 +4,6 @@
 The authors' SR3 port as a plain loop: DDP, a distributed sampler, Adam, nothing else timed;
 fixed work `total_iterations` = iterations x ranks, then rank 0 checks quality (untimed)."""
 
-from __future__ import annotations
-
 import argparse
 import functools
 import itertools

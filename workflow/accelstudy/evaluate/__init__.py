@@ -1,8 +1,6 @@
 """Evaluation, one entry point: perplexity and multiple-choice accuracy of a model on a task
 under a named protocol (the paper's or lm-eval's), with throughput and peak memory."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from torch import nn

@@ -1,7 +1,5 @@
 """The `baseline` stage, and the job (flags, evaluation, record) the quantized evaluation shares."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

@@ -1,9 +1,8 @@
 """Wall time, throughput and peak memory around an evaluation."""
 
-from __future__ import annotations
-
 import time
 from dataclasses import dataclass, field
+from typing import Self
 
 from accelstudy.device import Device
 
@@ -17,7 +16,7 @@ class Meter:
     _start: float = field(default=0.0, repr=False)
     wall_time_s: float = 0.0
 
-    def __enter__(self) -> Meter:
+    def __enter__(self) -> Self:
         self.device.synchronize()
         self.device.reset_peak_memory()
         self._start = time.perf_counter()

@@ -1,7 +1,5 @@
 """Multiple-choice accuracy (HellaSwag, BoolQ) with shared-context scoring."""
 
-from __future__ import annotations
-
 from dataclasses import asdict, dataclass
 
 import numpy as np

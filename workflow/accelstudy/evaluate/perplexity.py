@@ -1,7 +1,5 @@
 """Perplexity: the paper's 512-token blocks, or lm-eval's `wikitext` rolling word perplexity."""
 
-from __future__ import annotations
-
 import math
 
 import torch

@@ -2,8 +2,6 @@
 protocol), as lm-evaluation-harness tasks, and how a protocol tokenises text. The paper's and
 lm-eval's differ in text, tokenisation and normalisation; a record names which it used."""
 
-from __future__ import annotations
-
 import re
 from collections.abc import Callable
 from dataclasses import dataclass

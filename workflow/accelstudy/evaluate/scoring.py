@@ -2,8 +2,6 @@
 once and scores every continuation from its KV cache, for the same numbers as the references
 that run each (context + continuation) in full (`score_separately`, `score_padded_batch`)."""
 
-from __future__ import annotations
-
 import inspect
 from dataclasses import dataclass
 from functools import cache

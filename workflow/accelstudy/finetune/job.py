@@ -4,8 +4,6 @@ A point predicted not to fit is recorded unlaunched (`predicted-does-not-fit`) w
 asks; one whose ranks run out of memory is recorded (`does-not-fit`) and the job succeeds, so
 the sweep goes on. Any other failure fails the job with no record: a retry starts afresh."""
 
-from __future__ import annotations
-
 import importlib.util
 from pathlib import Path
 from typing import Any

@@ -5,8 +5,6 @@ models are planned offline from resources/models/*/config.json. Model states fol
 strategy and card count (DDP replicates them, FSDP and ZeRO-3 split them), activations from
 the shapes of one micro-batch; a stated overhead covers the runtime itself."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path

@@ -5,8 +5,6 @@ The Trainer alone quietly degrades two on a CPU: accelerate enables FSDP on acce
 (`prepare_state` creates DeepSpeed's state on gloo first; the model then loads partitioned,
 zero.Init). On Gaudi the recipe goes to optimum-habana's GaudiTrainer, as the authors' did."""
 
-from __future__ import annotations
-
 import os
 import sys
 from pathlib import Path

@@ -3,8 +3,6 @@
 accelstudy.ranks. A retry resumes from the newest checkpoint where the point keeps them
 (`checkpoint_steps`), and its result says its speed is not a clean measurement."""
 
-from __future__ import annotations
-
 import argparse
 import functools
 import importlib.util

@@ -1,8 +1,6 @@
 """From sensitivity scores to precisions: percentile groups, k-means, or a median split; the
 `cluster` stage writes the layer-to-bits (or module-to-bits) assignment."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

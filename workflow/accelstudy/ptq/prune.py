@@ -1,8 +1,6 @@
 """Magnitude pruning of one decoder layer or projection, in place and undone bit for bit (the
 saved tensors copied back): the sensitivity scan prunes and restores, never reloading the model."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass

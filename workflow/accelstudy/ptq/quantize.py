@@ -1,8 +1,6 @@
 """The `quantize` stage: the prepared model quantized per an assignment with one recipe, evaluated
 under the paper's protocol, recorded with the paper's compression ratio and its measured bytes."""
 
-from __future__ import annotations
-
 import json
 import math
 import os

@@ -4,8 +4,6 @@ layers 0..l-1, so the scan runs the unpruned model once, keeps the hidden states
 layer it will prune, and for layer l runs only layers l..L-1, the final norm and the LM head (the
 naive scan stays for tests and the benchmark). `sensitivity` scans one chunk of the targets."""
 
-from __future__ import annotations
-
 import json
 import math
 import time

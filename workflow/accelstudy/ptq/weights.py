@@ -1,8 +1,6 @@
 """How each recipe stores a decoder Linear's weights: fake quantize-dequantize in FP32, or truly low
 precision (nn.Module swaps: saved bytes are stored bytes) dequantized before the matmul."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch

@@ -1,7 +1,5 @@
 """Write records.csv/parquet, the tables, the figures, index.html and report.md."""
 
-from __future__ import annotations
-
 import html
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass

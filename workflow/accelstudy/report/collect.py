@@ -1,7 +1,5 @@
 """Records (one JSON per job) -> one tidy table, one row per job."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Iterable
 from pathlib import Path

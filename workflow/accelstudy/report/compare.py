@@ -1,8 +1,6 @@
 """`accelstudy compare RUN... --out DIR`: runs of one study at several sites, side by side. Records
 meet only where both measured the same work (all keys but NOT_WORK); the others say what differs."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path

@@ -1,7 +1,5 @@
 """Part 3 of the report: Fig. 3 (ours as speed-up only), strong-scaling points, held-out images."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import matplotlib.pyplot as plt

@@ -1,7 +1,5 @@
 """Seaborn figures for the report, written as PNG, and the helpers every part's figures share."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any

@@ -1,7 +1,5 @@
 """Part 2 of the report: Fig. 2 (holes shown), the points table, the paper's findings and ours."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import matplotlib.pyplot as plt

@@ -1,7 +1,5 @@
 """The report's tables: ours beside the published numbers, in the paper's order and layout."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Sequence
 
 import pandas as pd
