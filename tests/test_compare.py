@@ -19,9 +19,12 @@ def _record(system: str, task: str, tokens: float, value: float, **given) -> dic
         given.get("repeat", 0),
     )
     accelerator = given.get("accelerator")
+    model = {"source": "hf", "id": "org/m", "commit": given.get("commit", "c1")}
+    data = {"source": source, "digest": given.get("digest"), "prepared": f"sha256:{system}"}
     record = {
         "stage": "baseline", "study": "t", "system": system, "device": "cpu", "model": "m",
         "task": task, "method": "fp32", "protocol": "paper", "data_source": source,
+        "inputs": {"model": model, "data": data},
         "parameters": {"limit": limit, "dtype": "float32" if system == "a" else "bfloat16",
                        "repeat": repeat},
         "metrics": {"accuracy": value, "primary_metric": "accuracy", "wall_time_s": 1.0,
@@ -65,13 +68,39 @@ def test_records_meet_only_where_the_work_is_the_same(runs):
     reasons = dict(zip(left["system"] + ":" + left["task"], left["reason"], strict=True))
     assert reasons["a:hellaswag"] == "limit: 10 here, 12 there"
     assert reasons["b:hellaswag"] == "limit: 12 here, 10 there"
-    assert reasons["a:piqa"] == "data_source: hf here, standin there"  # never real vs stand-in
+    assert reasons["a:piqa"].startswith("data_source: hf here, standin there")  # never mixed
     table = ratios(matched, reference="a").set_index("quantity")
     speed = table.loc["tokens_per_s"]
     # boolq: b's repeats 200 and 240 -> 220, / 100 = 2.2; wikitext 100 / 50 = 2.0
     assert speed["ratio"] == pytest.approx(2.1) and speed["points"] == 2
     assert (speed["min"], speed["max"]) == (2.0, 2.2) and speed["repeats"] == "1.5 / 1"
     assert table.loc["accuracy (metric)", "ratio"] == pytest.approx((1 + 21 / 20) / 2)
+    assert table.loc["tokens_per_s", "verdict"] == "better"  # faster
+    assert table.loc["accuracy (metric)", "verdict"] == "better"
+    assert speed[["ci95_low", "ci95_high"]].isna().all()  # 1-2 repeats: no interval
+
+
+def test_direction_and_interval_with_three_repeats(tmp_path):
+    """b's perplexity is higher (worse); its speed, 3 repeats a side, gets a bootstrap
+    interval around the ratio; repeats that agree give an interval of zero width."""
+    speeds = {"a": [100, 110, 90], "b": [150, 160, 170]}
+    runs = []
+    for system, tokens in speeds.items():
+        made = [_record(system, "wikitext", t, 20.0 if system == "a" else 22.0, repeat=r)
+                for r, t in enumerate(tokens)]  # fmt: skip
+        for record in made:
+            record["metrics"] |= {"perplexity": record["metrics"].pop("accuracy")}
+            record["metrics"]["primary_metric"] = "perplexity"
+        runs.append(_run(tmp_path, f"site-{system}", made))
+    table = ratios(split(load(runs))[0], reference="a").set_index("quantity")
+    assert table.loc["perplexity (metric)", "verdict"] == "worse"
+    assert tuple(table.loc["perplexity (metric)", ["ci95_low", "ci95_high"]]) == (1.1, 1.1)
+    speed = table.loc["tokens_per_s"]
+    assert speed["ratio"] == 1.6 and speed["verdict"] == "better"
+    low, high = 150 / 110 - 1e-4, 170 / 90 + 1e-4  # the extremes of resampled medians
+    assert low <= speed["ci95_low"] < 1.6 < speed["ci95_high"] <= high
+    again = ratios(split(load(runs))[0], reference="a").set_index("quantity")
+    assert again.loc["tokens_per_s", "ci95_low"] == speed["ci95_low"]  # seeded: reproducible
 
 
 def test_the_report_traces_every_number(runs, tmp_path):
@@ -96,8 +125,32 @@ def test_a_record_of_another_schema_version(runs):
     del record["schema_version"]
     path.write_text(json.dumps(record))
     with pytest.raises(CompareError, match=r"0.json: record schema version none, but this "
-                                           r"accelstudy reads version 1; re-run"):  # fmt: skip
+                                           r"accelstudy reads version 2; re-run"):  # fmt: skip
         load(runs)
+
+
+def test_records_of_the_previous_version_are_shown_never_matched(runs):
+    """Version 1 records did not name model and data revisions: listed, with why."""
+    path = runs[0] / "baseline" / "m" / "0.json"  # a's boolq
+    record = json.loads(path.read_text())
+    del record["inputs"]
+    path.write_text(json.dumps(record | {"schema_version": 1}))
+    matched, left = split(load(runs))
+    assert "a" not in set(matched.loc[matched["task"] == "boolq", "system"])
+    reason = left.set_index(left["system"] + ":" + left["task"]).loc["a:boolq", "reason"]
+    assert reason.startswith("provenance unknown: record schema version 1")
+
+
+def test_another_model_commit_or_data_file_is_other_work(tmp_path):
+    a = _run(tmp_path, "site-a", [_record("a", "boolq", 1, 0.6), _record("a", "piqa", 1, 0.5,
+             source="local", digest="sha256:1")])  # fmt: skip
+    b = _run(tmp_path, "site-b", [_record("b", "boolq", 1, 0.6, commit="c2"),
+             _record("b", "piqa", 1, 0.5, source="local", digest="sha256:2")])  # fmt: skip
+    matched, left = split(load([a, b]))
+    assert matched.empty
+    reasons = dict(zip(left["system"] + ":" + left["task"], left["reason"], strict=True))
+    assert reasons["a:boolq"] == "inputs.model.commit: c1 here, c2 there"
+    assert reasons["b:piqa"] == "inputs.data.digest: sha256:2 here, sha256:1 there"
 
 
 def test_one_system_name_two_machines(tmp_path):

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from accelstudy.data.sources import DataSourceError, load_split, prepare_data, read_prepared
+from accelstudy.data.sources import (
+    STANDIN,
+    DataSourceError,
+    load_split,
+    prepare_data,
+    read_prepared,
+    read_source,
+)
 from accelstudy.data.standin import corpus_paragraphs, standin_rows
 from accelstudy.tasks import SPLITS, TASKS
 
@@ -91,7 +99,24 @@ def test_prepare_data_round_trips_and_never_leaves_partial_output(tmp_path):
     with pytest.raises(DataSourceError):
         prepare_data("boolq", {"source": "local", "files": {"train": str(bad)}}, "train", target)
     assert not target.exists()
-    assert [p.name for p in out.parent.iterdir()] == ["validation.jsonl"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "validation.jsonl",
+        "validation.source.json",
+    ]
+    assert read_source(out)["generator"] == STANDIN and read_source(out)["source"] == "standin"
+
+
+def test_a_local_file_is_named_by_its_digest(tmp_path, monkeypatch):
+    """What `compare` matches on: the sha256 of the file the study read, not its name."""
+    import hashlib
+
+    monkeypatch.chdir(tmp_path)
+    Path("boolq.jsonl").write_text(json.dumps(BOOLQ_ROW) + "\n")
+    spec = {"source": "local", "files": {"train": "boolq.jsonl"}}
+    prepare_data("boolq", spec, "train", tmp_path / "out" / "train.jsonl")
+    described = read_source(tmp_path / "out" / "train.jsonl")
+    digest = hashlib.sha256(Path("boolq.jsonl").read_bytes()).hexdigest()
+    assert described["source"] == "local" and described["digest"] == f"sha256:{digest}"
 
 
 HELLASWAG_ROW = {

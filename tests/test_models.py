@@ -1,4 +1,5 @@
-"""Model sources: tiny random, saved safetensors, the embedded GGUF, and bad GGUF files."""
+"""Converted models: tiny random, saved safetensors, the embedded GGUF, bad GGUF files (Hub and
+local models: test_snapshots.py)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,6 @@ def test_prepared_round_trip_is_exact(tiny, tmp_path):
         assert torch.equal(model(ids).logits, again(ids).logits)
     assert tok2.encode("hello world") == tokenizer.encode("hello world")
     assert not list(tmp_path.glob(".m.*")), "temporary directory left behind"
-
-
-def test_local_directory_source(tiny, tmp_path):
-    model, tokenizer = tiny
-    save_prepared(model, tokenizer, tmp_path / "m")
-    loaded, _ = load_from_source({"source": "local", "path": "m"}, base_dir=tmp_path)
-    assert loaded.config.num_hidden_layers == 2
 
 
 def test_not_a_prepared_directory(tmp_path):

@@ -354,6 +354,34 @@ def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
         assert "stand-in" in record["parameters"]["note"]
 
 
+def test_quantized_eval_computes_in_the_evaluation_dtype(tiny, tmp_path):
+    """fake and nvidia compute in evaluation.dtype (the stored INT/FP16 weights stay stored);
+    fp8 and bf16 in bfloat16; each record says which."""
+    from accelstudy.ptq import weights
+    from accelstudy.ptq.quantize import compute_in
+    from accelstudy.records import read_record
+
+    prepare_tiny(tiny, tmp_path)
+    (tmp_path / "a.json").write_text(
+        json.dumps({"bits": [16, 4], "method": "percentile", "layer_bits": {"0": 16, "1": 4}})
+    )
+    seen = {}
+    for recipe, dtype in [("fake", "float32"), ("fake", "bfloat16"), ("nvidia", "bfloat16")]:
+        settings = {"block_size": 64, "batch_size": 4, "dtype": dtype}
+        quantize_tiny(tmp_path, recipe, limit=2, settings=settings)
+        record = read_record(tmp_path / "r.json")
+        assert record["parameters"]["compute_dtype"] == dtype
+        seen[recipe, dtype] = record["metrics"]["perplexity"]
+    assert seen["fake", "bfloat16"] != seen["fake", "float32"]
+    quantize_tiny(tmp_path, "fp8", limit=2)  # evaluation.dtype float32: fp8 still in BF16
+    assert read_record(tmp_path / "r.json")["parameters"]["compute_dtype"] == "bfloat16"
+    model = copy.deepcopy(tiny[0])
+    weights.quantize_nvidia(model, dict.fromkeys(weights.layer_map({0: 16, 1: 8}, model), 16))
+    compute_in(model, torch.bfloat16)
+    stored = {m.weight.dtype for m in model.modules() if isinstance(m, weights.CastLinear)}
+    assert stored == {torch.float16} and model.lm_head.weight.dtype == torch.bfloat16
+
+
 def test_fp8_without_hpu_stops_when_asked(tmp_path):
     from accelstudy.ptq import RecipeDeviceError
 

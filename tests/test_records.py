@@ -14,6 +14,7 @@ def record(**changes) -> dict:
     base = {
         "stage": "baseline", "study": "t", "system": "cpu", "device": "cpu", "model": "m",
         "task": "boolq", "method": "fp32", "protocol": "paper", "data_source": "standin",
+        "inputs": {"data": {"source": "standin", "prepared": "sha256:0"}},
         "parameters": {"limit": 3},
         "metrics": {"accuracy": 0.5, "wall_time_s": 1.0, "tokens_per_s": 10.0, "peak_memory_bytes": 1},
         "provenance": provenance("abc", "cpu", "cpu", 1.25),

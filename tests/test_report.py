@@ -37,6 +37,7 @@ def _record(
         "method": method,
         "protocol": protocol,
         "data_source": "standin",
+        "inputs": {"data": {"source": "standin", "prepared": "sha256:0"}},
         "parameters": {},
         "metrics": {
             metric: value,
@@ -109,6 +110,7 @@ def _point(
         "task": "instructions",
         "method": strategy,
         "data_source": "standin",
+        "inputs": {"data": {"source": "standin", "prepared": "sha256:0"}},
         "parameters": {
             "strategy": strategy,
             "attention": attention,
@@ -583,6 +585,7 @@ def _sr3(devices: int, repeat: int, runtime: float | None) -> dict:
         "task": "dust-sr",
         "method": "ddp",
         "data_source": "standin",
+        "inputs": {"data": {"source": "standin", "prepared": "sha256:0"}},
         "parameters": {
             "devices": devices,
             "repeat": repeat,

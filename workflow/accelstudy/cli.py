@@ -86,7 +86,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "where-report": ("print where a study's report is", _where_report, ["configfile"]),
     "unlock-if-stale": ("remove the lock a killed Snakemake run left here", _unlock_if_stale, []),
     "prepare-model": (
-        "load a model from its source; save safetensors", "accelstudy.models:prepare_model",
+        "find or convert a model; write its manifest", "accelstudy.snapshots:prepare_model",
         [("spec", {"help": "the models.<name> config entry"}), "seed", "out"],
     ),
     "prepare-data": (

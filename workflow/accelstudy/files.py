@@ -1,7 +1,8 @@
-"""Atomic file writes: a temporary sibling renamed into place, so a killed job never leaves a
-file a re-run would take as done, with the modes open()/mkdir() would give under the umask."""
+"""Atomic file writes (a temporary sibling renamed into place, so a killed job never leaves a
+file a re-run would take as done, with the modes open()/mkdir() would give) and file digests."""
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -39,3 +40,12 @@ def write_json(path: str | Path, payload: Any) -> None:
     with atomic_open(path) as handle:
         json.dump(payload, handle, indent=2, sort_keys=False, default=str)
         handle.write("\n")
+
+
+def sha256_file(path: str | Path, block: int = 16 << 20) -> str:
+    """The sha256 of a file, read in 16 MiB blocks (memory stays flat for any size)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,24 +1,20 @@
-"""Load causal LMs by Hugging Face id, local directory, GGUF file, or as a tiny random Llama;
-the `prepare-model` stage saves one safetensors directory, so later jobs load fast, offline."""
+"""Causal LMs from a prepared directory (snapshots.py says where its files are), and the two
+sources that must be converted first: a GGUF file (dequantized) and a tiny random Llama."""
 
 import importlib.util
-import logging
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
-from accelstudy.errors import StudyError
-from accelstudy.files import umask_mode
-
-log = logging.getLogger("accelstudy")
+from accelstudy.files import sha256_file, umask_mode
+from accelstudy.snapshots import ModelSourceError, weights_dir
 
 # GGUF architectures that transformers can turn into a causal LM.
 _GGUF_CAUSAL = """llama mistral qwen2 qwen2moe qwen3 qwen3moe phi3 gemma gemma2 gemma3 falcon gpt2
@@ -26,10 +22,6 @@ starcoder2 stablelm bloom t5 mamba nemotron lfm2 deci"""
 GGUF_CAUSAL_ARCHITECTURES = set(_GGUF_CAUSAL.split())
 # transformers 5 spells the load dtype `dtype`; the 4.x line the Gaudi stack pins, `torch_dtype`
 DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-
-
-class ModelSourceError(StudyError, ValueError):
-    """A model file or directory that cannot be what the config says it is."""
 
 
 def embedded_gguf() -> Path:
@@ -106,36 +98,32 @@ def tiny_random_llama(
     return transformers.LlamaForCausalLM(config).eval(), tokenizer
 
 
-def load_from_source(
-    spec: dict[str, Any], seed: int = 0, base_dir: Path | None = None
-) -> tuple[PreTrainedModel, Tokenizer]:
-    """Load a model and tokenizer as a config entry describes, in FP32 on the CPU."""
-    source = spec["source"]
-    base = base_dir or Path.cwd()
-    trust = bool(spec.get("trust_remote_code", False))
-    if source == "tiny-random":
+def load_from_source(spec: dict[str, Any], seed: int = 0) -> tuple[PreTrainedModel, Tokenizer]:
+    """Load a model that must be converted (tiny-random, gguf) in FP32 on the CPU."""
+    if spec["source"] == "tiny-random":
         return tiny_random_llama(**spec.get("tiny", {}), seed=seed)
-    if source == "gguf":
-        file = embedded_gguf() if spec["gguf_file"] == "embedded" else base / spec["gguf_file"]
-        check_gguf_is_causal_lm(file)
-        location, options = str(file.parent), {"gguf_file": file.name}
-    else:
-        location = spec["id"] if source == "hf" else str(base / spec["path"])
-        options = {"revision": spec.get("revision"), "trust_remote_code": trust}
-        architectures = AutoConfig.from_pretrained(location, **options).architectures
-        if not any(a.endswith("ForCausalLM") for a in architectures or []):
-            raise ModelSourceError(
-                f"model '{location}' has architectures {architectures}; expected a *ForCausalLM"
-            )
-    tokenizer = AutoTokenizer.from_pretrained(location, **options)
-    model = AutoModelForCausalLM.from_pretrained(
-        location, **options, **{DTYPE_KWARG: torch.float32}
-    )
-    if source == "gguf":  # the weights are now dequantized FP32: forget the GGUF origin
-        if hasattr(model.config, "quantization_config"):  # so that a reload is plain
-            del model.config.quantization_config
-        model.hf_quantizer = None
+    file = gguf_path(spec)
+    check_gguf_is_causal_lm(file)
+    options = {"gguf_file": file.name, DTYPE_KWARG: torch.float32}
+    tokenizer = AutoTokenizer.from_pretrained(str(file.parent), **options)
+    model = AutoModelForCausalLM.from_pretrained(str(file.parent), **options)
+    if hasattr(model.config, "quantization_config"):  # dequantized to FP32: forget the GGUF
+        del model.config.quantization_config  # origin, so that a reload is plain
+    model.hf_quantizer = None
     return model.eval(), tokenizer
+
+
+def gguf_path(spec: dict[str, Any]) -> Path:
+    return embedded_gguf() if spec["gguf_file"] == "embedded" else Path.cwd() / spec["gguf_file"]
+
+
+def convert(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:
+    """Write a GGUF or tiny random model as FP32 safetensors into `out`; what names it."""
+    save_prepared(*load_from_source(spec, seed=seed), out)
+    if spec["source"] == "tiny-random":
+        return {"tiny": spec.get("tiny", {}), "seed": seed}
+    file = gguf_path(spec)
+    return {"file": file.name, "digest": f"sha256:{sha256_file(file)}"}
 
 
 def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> None:
@@ -157,19 +145,12 @@ def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> No
 
 
 def load_prepared(path: Path, dtype: torch.dtype = torch.float32):
-    """Load what `save_prepared` wrote: safetensors only, no remote code."""
-    path = Path(path)
+    """Load a prepared model (snapshot, local directory or converted copy) in `dtype`:
+    safetensors only, no remote code."""
+    path = weights_dir(path)
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     options = {"use_safetensors": True, DTYPE_KWARG: dtype}
     model = AutoModelForCausalLM.from_pretrained(str(path), **options)
     return model.eval(), tokenizer
-
-
-def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> None:
-    """The `prepare-model` stage: load a model from its source once, save it as safetensors."""
-    started = time.perf_counter()
-    model, tokenizer = load_from_source(spec, seed=seed)
-    save_prepared(model, tokenizer, out)
-    log.info("prepared model in %.1fs -> %s", time.perf_counter() - started, out)

@@ -23,7 +23,7 @@ from accelstudy.files import write_json
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 from accelstudy.systems import System, load_system
 
-SCHEMA_VERSION = 1  # bump when a record's fields change meaning; `compare` reads only this one
+SCHEMA_VERSION = 2  # bump when a record's fields change meaning; `compare` matches only this one
 VERSIONED_PACKAGES = (  # noqa: SIM905 (a list of names, one line)
     "torch transformers datasets numpy snakemake lm_eval peft accelerate deepspeed optimum_habana "
     "habana_torch_plugin diffusers pysm3 healpy"
@@ -130,19 +130,20 @@ def write_job_record(
     protocol: str | None,
     parameters: dict,
     metrics: dict,
+    inputs: dict,
     started: float,
     hashed: Any = None,
     **what: str,
 ) -> dict[str, Any]:
     """Write one job's record to `out` and return it. `what` names the job (every key of WHAT);
-    `device` is an accelstudy.device.Device; a stage without an evaluation protocol passes
-    protocol=None. The config hash is over `hashed` (by default the parameters); the wall
-    time runs from `started`, a time.perf_counter() reading."""
+    `device` is an accelstudy.device.Device; `inputs` names the model and data measured; a
+    stage without an evaluation protocol passes protocol=None. The config hash is over `hashed`
+    (by default the parameters); the wall time runs from `started`, a perf_counter() reading."""
     if set(what) != set(WHAT):
         raise TypeError(f"a job record needs exactly {WHAT}, got {sorted(what)}")
     record = {"stage": what["stage"], "study": what["study"], "system": system.name}
     record |= {"device": device.kind, **{key: what[key] for key in WHAT[2:]}}
-    record |= {"protocol": protocol, "parameters": parameters, "metrics": metrics}
+    record |= {"protocol": protocol, "inputs": inputs, "parameters": parameters, "metrics": metrics}
     if protocol is None:
         del record["protocol"]
     wall_s = time.perf_counter() - started

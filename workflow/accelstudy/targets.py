@@ -168,6 +168,17 @@ class StudyTargets:
         task = self.task(w)
         return json.dumps({k: task[k] for k in DATA_KEYS if k in task}, sort_keys=True)
 
+    def local_file(self, part: str) -> Callable[[Any], list[str]]:
+        """The local data file a prepare rule reads (for `tasks`, its split's), as an input of
+        the rule: a changed file re-runs what depends on it."""
+
+        def files(w: Any) -> list[str]:
+            spec = self.task(w) if part == "tasks" else self.config[part]["data"]
+            file = (spec.get("files") or {}).get(w.split) if part == "tasks" else spec.get("file")
+            return [file] if spec.get("source") == "local" and file else []
+
+        return files
+
     def eval_split_file(self, w: Any) -> str:
         return f"{self.results}/data/{w.task}/{self.task(w)['eval_split']}.jsonl"
 

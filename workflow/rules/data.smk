@@ -21,8 +21,11 @@ rule prepare_model:
 
 
 rule prepare_data:
+    input:
+        STUDY.local_file("tasks"),
     output:
-        f"{RESULTS}/data/{{task}}/{{split}}.jsonl",
+        rows=f"{RESULTS}/data/{{task}}/{{split}}.jsonl",
+        source=f"{RESULTS}/data/{{task}}/{{split}}.source.json",
     log:
         f"{RESULTS}/logs/prepare_data/{{task}}-{{split}}.log",
     conda:
@@ -35,4 +38,4 @@ rule prepare_data:
         spec=STUDY.data_spec,
     shell:
         "accelstudy prepare-data --task {wildcards.task} --spec {params.spec:q} "
-        "--split {wildcards.split} --out {output:q} > {log:q} 2>&1"
+        "--split {wildcards.split} --out {output.rows:q} > {log:q} 2>&1"

@@ -3,9 +3,12 @@
 
 
 rule prepare_dust:
+    input:
+        STUDY.local_file("diffusion"),
     output:
         pairs=f"{RESULTS}/data/dust/pairs.npz",
         card=f"{RESULTS}/data/dust/card.json",
+        source=f"{RESULTS}/data/dust/pairs.source.json",
     log:
         f"{RESULTS}/logs/prepare_data/dust.log",
     conda:

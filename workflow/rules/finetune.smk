@@ -3,8 +3,11 @@
 
 
 rule prepare_instructions:
+    input:
+        STUDY.local_file("finetune"),
     output:
-        f"{RESULTS}/data/instructions/train.jsonl",
+        rows=f"{RESULTS}/data/instructions/train.jsonl",
+        source=f"{RESULTS}/data/instructions/train.source.json",
     log:
         f"{RESULTS}/logs/prepare_data/instructions.log",
     conda:
@@ -12,7 +15,7 @@ rule prepare_instructions:
     params:
         spec=json.dumps(config["finetune"]["data"], sort_keys=True),
     shell:
-        "accelstudy prepare-instructions --spec {params.spec:q} --out {output:q} "
+        "accelstudy prepare-instructions --spec {params.spec:q} --out {output.rows:q} "
         "> {log:q} 2>&1"
 
 

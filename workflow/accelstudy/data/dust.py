@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from accelstudy.data.sources import describe_source, source_file
 from accelstudy.errors import StudyError, key_error
 from accelstudy.files import atomic_open, write_json
 
@@ -162,6 +163,7 @@ def prepare_dust(spec: dict[str, Any], seed: int, out: Path, card: Path) -> dict
     data_card.update(reso_arcmin=reso, seed=seed, normalisation=normalisation, images=len(hr_t))
     data_card["spectrum_slope"] = DUST_SLOPE if standin else None
     write_json(card, data_card)
+    write_json(source_file(out), describe_source(spec, None, spec.get("file"), seed))
     return data_card
 
 

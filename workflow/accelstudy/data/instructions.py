@@ -10,7 +10,15 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
-from accelstudy.data.sources import DataSourceError, _read_local, read_hub, write_jsonl
+from accelstudy.data.sources import (
+    DataSourceError,
+    _read_local,
+    describe_source,
+    read_hub,
+    source_file,
+    write_jsonl,
+)
+from accelstudy.files import write_json
 
 # optimum-habana, examples/language-modeling/run_lora_clm.py: PROMPT_DICT
 PROMPT_DICT = {
@@ -65,8 +73,13 @@ def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[di
 
 
 def prepare_instructions(spec: dict[str, Any], out: str | Path) -> int:
-    """Cache the examples (instruction/input/output) as JSON Lines: training ranks stay offline."""
-    return write_jsonl(load_examples(spec), out)
+    """Cache the examples (instruction/input/output) as JSON Lines: training ranks stay offline;
+    describe their source beside them."""
+    rows = write_jsonl(load_examples(spec), out)
+    write_json(
+        source_file(out), describe_source(spec, spec.get("split", "train"), spec.get("file"))
+    )
+    return rows
 
 
 def prompt_text(example: dict[str, str]) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.errors import StudyError
-from accelstudy.files import atomic_open
+from accelstudy.files import atomic_open, sha256_file, write_json
+from accelstudy.snapshots import hub_commit
 from accelstudy.tasks import TASKS
 
 log = logging.getLogger("accelstudy")
@@ -19,6 +20,7 @@ class DataSourceError(StudyError, ValueError):
     """A dataset that is missing, unreadable, lacks the task's columns, or has bad values."""
 
 
+STANDIN = "accelstudy stand-in 1"  # bump when a stand-in generator's output changes
 BOOLQ_ANSWERS = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -173,9 +175,41 @@ def write_jsonl(rows: list[dict[str, Any]], out: str | Path) -> int:
     return len(rows)
 
 
+def describe_source(spec: dict[str, Any], split: str | None, file: str | None = None, seed=None):
+    """What names a dataset in records and for `compare`: Hub id, config, split and commit; the
+    sha256 of a local file; or the stand-in generator and seed."""
+    source = spec.get("source", "standin")
+    if source == "hf":
+        revision = spec.get("revision") or "main"
+        commit = hub_commit(spec["dataset"], revision, "dataset")
+        hub = {"dataset": spec["dataset"], "name": spec.get("name"), "split": split}
+        return {"source": source, **hub, "revision": revision, "commit": commit}
+    if source == "local":
+        return {"source": source, "digest": f"sha256:{sha256_file(Path.cwd() / str(file))}"}
+    generated = {"generator": STANDIN} if source == "standin" else {}  # else a PySM preset
+    return {"source": source, **generated, "seed": seed}
+
+
+def source_file(data: str | Path) -> Path:
+    """Where a prepare stage describes the source of what it wrote at `data`."""
+    return Path(data).with_suffix(".source.json")
+
+
+def read_source(data: str | Path) -> dict[str, Any]:
+    """The source a prepare stage described for `data`, and the sha256 of `data` itself (a
+    file no prepare stage wrote is a local file)."""
+    prepared = f"sha256:{sha256_file(data)}"
+    described = {"source": "local", "digest": prepared}
+    if source_file(data).is_file():
+        described = json.loads(source_file(data).read_text())
+    return {**described, "prepared": prepared}
+
+
 def prepare_data(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:
-    """The `prepare-data` stage: one split of a task cached as JSON Lines at `out`; its rows."""
+    """The `prepare-data` stage: one split of a task cached as JSON Lines at `out`, its source
+    described beside it; its rows."""
     rows = write_jsonl(load_split(task, spec, split), out)
+    write_json(source_file(out), describe_source(spec, split, (spec.get("files") or {}).get(split)))
     log.info("prepared %d rows of %s/%s -> %s", rows, task, split, out)
     return rows
 

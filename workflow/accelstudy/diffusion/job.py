@@ -4,6 +4,7 @@
 from pathlib import Path
 from typing import Any
 
+from accelstudy.data.sources import read_source
 from accelstudy.launch import PointJob
 from accelstudy.points import DiffusionPoint
 from accelstudy.records import read_record
@@ -27,4 +28,5 @@ def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags
     source = "standin" if data_card["standin"] else "local"
     what = dict(model="sr3", task="dust-sr", method="ddp", data_source=source)
     parameters = {**point.as_dict(), "data": data_card}
-    return job.record("diffusion", metrics, parameters=parameters, **what)
+    inputs = {"data": read_source(data)}
+    return job.record("diffusion", metrics, parameters=parameters, inputs=inputs, **what)

@@ -7,10 +7,11 @@ from typing import Any
 import torch
 
 from accelstudy import device as devices
-from accelstudy.data.sources import read_prepared
+from accelstudy.data.sources import read_prepared, read_source
 from accelstudy.evaluate import evaluate_task
 from accelstudy.models import load_prepared
 from accelstudy.records import Job
+from accelstudy.snapshots import identity
 
 
 @dataclass(kw_only=True)
@@ -37,7 +38,9 @@ class EvalJob(Job):
         """Write the job's record, its config hash over `hashed`."""
         fields = {"stage": stage, "model": self.model_name, "task": self.task, "method": method}
         fields |= {"protocol": protocol, "data_source": self.data_source}
-        return super().write(parameters=parameters, metrics=metrics, hashed=hashed, **fields)
+        inputs = {"model": identity(self.model_dir), "data": read_source(self.data)}
+        fields |= {"parameters": parameters, "metrics": metrics, "inputs": inputs}
+        return super().write(hashed=hashed, **fields)
 
 
 def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:

@@ -11,10 +11,12 @@ from typing import Any
 import psutil
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from accelstudy.data.sources import read_source
 from accelstudy.finetune.planner import load_config, plan
 from accelstudy.finetune.strategies import gaudi_env
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import FinetunePoint
+from accelstudy.snapshots import identity, weights_dir
 from accelstudy.systems import System
 
 WORKER = "accelstudy.finetune.train"
@@ -25,7 +27,7 @@ def unsupported(point: FinetunePoint, model_dir: Path, device_kind: str) -> str 
     if point.strategy == "zero3" and importlib.util.find_spec("deepspeed") is None:
         return "zero3 needs DeepSpeed, which is not installed"
     if point.attention == "fused" and device_kind != "hpu":
-        config = AutoConfig.from_pretrained(str(model_dir))
+        config = AutoConfig.from_pretrained(str(weights_dir(model_dir)))
         model_class = AutoModelForCausalLM._model_mapping[type(config)]
         if not getattr(model_class, "_supports_sdpa", False):
             return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"
@@ -64,4 +66,5 @@ def run(
         if outcome["status"] != "ok":
             metrics["error"] = outcome.get("error", "")
     what = dict(task="instructions", method=point.strategy, parameters=point.as_dict())
+    what["inputs"] = {"model": identity(model_dir), "data": read_source(point.data["file"])}
     return job.record("finetune", metrics, model=model_name, data_source=data_source, **what)

@@ -15,6 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
 from accelstudy.paths import RESOURCES
 from accelstudy.points import FinetunePoint
+from accelstudy.snapshots import weights_dir
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The process and framework beyond the tensors counted here, stated, not fitted per point.
@@ -52,7 +53,7 @@ class MemoryPlan:
 
 def load_config(model: str | Path) -> PretrainedConfig:
     """A config from a directory (a prepared model, or one under resources/models)."""
-    path = Path(model) if Path(model).is_dir() else RESOURCES / "models" / str(model)
+    path = weights_dir(model) if Path(model).is_dir() else RESOURCES / "models" / str(model)
     return AutoConfig.from_pretrained(str(path))
 
 

@@ -22,6 +22,7 @@ from transformers import TrainerCallback, default_data_collator
 from accelstudy import ranks
 from accelstudy.finetune import strategies
 from accelstudy.points import FinetunePoint
+from accelstudy.snapshots import weights_dir
 
 OOM_HOOK = "ACCELSTUDY_TEST_RAISE_OOM"  # "1": every rank raises OutOfMemoryError in step 1
 CPU_PEAK = "RSS growth: getrusage ru_maxrss at the end minus the RSS before the model loads"
@@ -98,6 +99,7 @@ def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
     from accelstudy.device import DTYPES
     from accelstudy.models import DTYPE_KWARG
 
+    model_dir = weights_dir(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     kwargs: dict[str, Any] = {DTYPE_KWARG: DTYPES[point.dtype]}
     if device_kind != "hpu":

@@ -9,6 +9,7 @@ import pandas as pd
 
 from accelstudy.files import write_json
 from accelstudy.ptq import SCAN_KEYS, SensitivityTableError
+from accelstudy.snapshots import weights_dir
 
 METHODS = ("percentile", "kmeans", "median")
 
@@ -64,7 +65,7 @@ def cluster(
 ) -> dict[str, int]:
     """The `cluster` stage: layer -> bits (or module -> bits) from the sensitivity table."""
     frame = pd.read_csv(table)
-    n_layers = json.loads((Path(model_dir) / "config.json").read_text())["num_hidden_layers"]
+    n_layers = json.loads((weights_dir(model_dir) / "config.json").read_text())["num_hidden_layers"]
     layers = sorted(frame["layer"].unique())
     if layers != list(range(n_layers)):
         raise SensitivityTableError(

@@ -16,12 +16,14 @@ from torch import nn
 from transformers import AutoTokenizer
 
 from accelstudy.data.sources import read_prepared
+from accelstudy.device import DTYPES
 from accelstudy.evaluate.baseline import EvalJob
 from accelstudy.models import load_prepared
 from accelstudy.points import bits_label
 from accelstudy.ptq import RecipeDeviceError, SensitivityTableError, weights
 from accelstudy.ptq.prune import decoder_layers, decoder_linears
 from accelstudy.ptq.sensitivity import build_calibration
+from accelstudy.snapshots import fp32_bytes, weights_dir
 
 
 @dataclass(kw_only=True)
@@ -57,8 +59,8 @@ def saved_bytes(model: nn.Module) -> int:
 
 
 def prepared_bytes(model_dir: Path) -> int:
-    """Bytes of the prepared (FP32) model's safetensors files: the uncompressed reference."""
-    return sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))
+    """The model's bytes as FP32 safetensors: the uncompressed reference of the ratio."""
+    return fp32_bytes(weights_dir(model_dir))
 
 
 Bits = dict[str, int | None]  # decoder Linear -> bits; None: not assigned, kept high precision
@@ -79,6 +81,19 @@ def fake(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
     weights.fake_quantize(model, bits, job.group_size, job.symmetric)
     ratio = paper_ratio([(shapes[k], b) for k, b in bits.items() if b is not None], job.group_size)
     return model, prepared_bytes(job.model_dir), ratio, "simulated: quantize-dequantize in FP32"
+
+
+def compute_in(model: nn.Module, dtype: torch.dtype) -> None:
+    """Activations and the unquantized weights (embeddings, norms, head, fake-quantized
+    Linears) in `dtype`; stored low-precision weights stay as stored and are cast to it before
+    each matmul."""
+    stored = (weights.CastLinear, weights.GroupQuantLinear)
+    for module in model.modules():
+        if isinstance(module, stored):
+            continue
+        for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+            if tensor.is_floating_point() and tensor.element_size() > 1:  # not FP8 storage
+                tensor.data = tensor.data.to(dtype)
 
 
 def nvidia(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
@@ -108,7 +123,7 @@ def fp8(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
 def fp8_on_hpu(job: QuantJob, model: nn.Module, fp8_keys: list[str]) -> nn.Module:
     """INC's MEASURE on 512 calibration blocks or items, then QUANTIZE; each loads fresh BF16."""
     names = [name for key in fp8_keys for name in weights.module_names(model, key)]
-    tokenizer = AutoTokenizer.from_pretrained(str(job.model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(weights_dir(job.model_dir)))
     rows = read_prepared(job.calibration)
     batches = build_calibration(tokenizer, job.task, rows, 512, job.settings).batches
 
@@ -131,6 +146,11 @@ def bf16(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
 
 Recipe = Callable[[QuantJob, nn.Module, Bits], Stored]
 RECIPES: dict[str, Recipe] = {recipe.__name__: recipe for recipe in (fake, nvidia, fp8, bf16)}
+# what each recipe computes in: None, the study's evaluation dtype (fake: over dequantized
+# weights; nvidia: its FP16/INT8/INT4 weights cast to it per matmul; float16 on a GPU computes
+# as the paper's NVIDIA runs); Gaudi's BF16 + FP8 and the CPU's BF16 recipe in bfloat16
+COMPUTE: dict[str, torch.dtype | None] = {"fake": None, "nvidia": None, "fp8": torch.bfloat16}
+COMPUTE["bf16"] = torch.bfloat16
 
 
 def module_assignment(model: nn.Module, spec: dict[str, Any], source: Path) -> Bits:
@@ -167,6 +187,8 @@ def quantize(**flags: Any) -> dict[str, Any]:
     spec = json.loads(Path(job.assignment).read_text())
     bits = module_assignment(model, spec, job.assignment)
     model, stored, ratio, note = RECIPES[job.recipe](job, model, bits)
+    compute = COMPUTE[job.recipe] or DTYPES[job.settings.get("dtype", "float32")]
+    compute_in(model, compute)
     metrics = job.evaluate(model, tokenizer, "paper")
     fp32_bytes = prepared_bytes(job.model_dir)
     metrics["compression_ratio"] = round(ratio, 4)
@@ -177,5 +199,6 @@ def quantize(**flags: Any) -> dict[str, Any]:
     parameters |= {"group_size": job.group_size, "symmetric": job.symmetric, "limit": job.limit}
     parameters["assignment"] = spec.get("layer_bits", spec.get("module_bits"))
     parameters |= {"settings": job.settings, "note": note}
+    parameters["compute_dtype"] = str(compute).removeprefix("torch.")
     method = f"{job.recipe} {bits_label(spec['bits'])}"
     return job.write("quantized", method, "paper", parameters, metrics, hashed=parameters)

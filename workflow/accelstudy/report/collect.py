@@ -32,7 +32,10 @@ def flatten(record: dict) -> dict:
         "value": metrics.get(primary) if primary else None,
         "tokens_per_s": metrics.get("tokens_per_s", NAN),
         "peak_memory_mib": round(metrics.get("peak_memory_bytes", NAN) / 2**20, 1),
-        "status": metrics.get("status", ""),
+        # a point resumed from a checkpoint is shown, but its speed is no clean measurement
+        "status": "ok-resumed"
+        if metrics.get("clean_measurement") is False
+        else metrics.get("status", ""),
         "peak_memory_method": metrics.get("peak_memory_method", ""),
         **{key: record["parameters"].get(key) for key in POINT_KEYS},
         "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),

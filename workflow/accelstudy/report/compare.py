@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -16,10 +17,12 @@ from accelstudy.report import diffusion, finetune, tables
 from accelstudy.report.build import Section, write_csv, write_pages, write_records
 from accelstudy.report.collect import flatten, joined, load_published
 from accelstudy.report.figures import save
+from accelstudy.tasks import TASKS
 
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
 # what a system is compared on, the repeat, and what a run derives: not part of the work
-NOT_WORK = ("repeat", "dtype", "settings.dtype", "data.file", "assignment", "data.normalisation")
+NOT_WORK = ("repeat", "dtype", "settings.dtype", "compute_dtype", "data.file", "assignment")
+NOT_WORK += ("data.normalisation",)
 # a point's coordinates (evaluation, then fine-tuning/SR3): unmatched work is told against these
 EVALUATION = ["stage", "model", "task", "protocol", "method", "recipe"]
 POINT = [*EVALUATION, "strategy", "attention", "cards", "devices"]
@@ -28,17 +31,27 @@ SPEEDS = {stage: ["tokens_per_s"] for stage in STAGES[:2]}
 SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s"]
 SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s"]
 ROWS = ["model", "data", "task", "metric"]  # Table 1's rows
-RATIOS = ["part", "quantity", "system", "reference", "ratio", "points", "min", "max", "repeats"]
+RATIOS = ["part", "quantity", "system", "reference", "ratio", "verdict", "ci95_low", "ci95_high"]
+RATIOS += ["points", "min", "max", "repeats"]
+LOWER_IS_BETTER = {f"{t.metric.name} (metric)" for t in TASKS.values() if t.metric.lower_is_better}
+LOWER_IS_BETTER |= {"train_runtime_s"}  # the rest: accuracies and speeds, higher is better
+BOOTSTRAP = 1000  # resamples of the repeats, for the 95% interval of a ratio
 # a record's table columns: what it is, and where it comes from
 WHAT, TRACE = ["system", "stage", "model", "task", "method"], ["run", "record", "git_commit"]
 PROVENANCE = [*WHAT, "metric", "value", "tokens_per_s", "status", *TRACE, "job", "versions", "work"]
 LEFT_OUT = "Left out: records without a counterpart, and the keys that differ"
+UNKNOWN = "provenance unknown: record schema version {}, before records named their model and "
+UNKNOWN += "data revisions; re-run that study with this code to compare it"
 NOTE = (
     "Only work both systems measured is compared: same stage, model, task, protocol, data "
     "source, method and parameters (the systems' precision, the repeat and run-derived values "
     "aside). Ratios: system / reference for the same work, the median over matched points, "
-    "each point the median of its repeats; min-max over the points. For runtimes below 1 is "
-    "faster, for speeds above 1. Every number traces to `tables/matched.csv` (record file, "
+    "each point the median of its repeats; min-max over the points; `verdict` says whether the "
+    "system is better or worse than the reference (perplexity and runtimes: lower is better; "
+    "accuracy and speeds: higher). `ci95`: a 95% percentile bootstrap interval of the ratio "
+    f"({BOOTSTRAP} resamples of each point's repeats, seed 0), where both systems have 3 or "
+    "more repeats of every matched point. Resumed fine-tuning points (status ok-resumed) are "
+    "listed but never timed. Every number traces to `tables/matched.csv` (record file, "
     "run, git commit, versions, scheduler job)."
 )
 
@@ -60,7 +73,8 @@ def work(record: dict[str, Any]) -> dict[str, Any]:
         del top["method"]  # a baseline's method is its precision: what systems differ in
     skip = tuple(f"{name}." for name in NOT_WORK)
     kept = {k: v for k, v in _flat(record["parameters"]).items() if not f"{k}.".startswith(skip)}
-    return {**top, **kept}
+    inputs = _flat(record["inputs"], "inputs.")  # the revisions and digests, not the rows' digest
+    return {**top, **kept, **{k: v for k, v in inputs.items() if not k.endswith(".prepared")}}
 
 
 def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -77,13 +91,14 @@ def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:
         record = json.loads(path.read_text())
         if not isinstance(record, dict) or "stage" not in record or "provenance" not in record:
             continue
-        if (version := record.get("schema_version")) != SCHEMA_VERSION:
+        if (version := record.get("schema_version")) not in (SCHEMA_VERSION - 1, SCHEMA_VERSION):
             raise CompareError(
                 f"{path}: record schema version {version or 'none'}, but this accelstudy "
                 f"reads version {SCHEMA_VERSION}; re-run that study with this code"
             )
         try:
-            validate_record(record)
+            if version == SCHEMA_VERSION:  # the previous version is shown, never matched
+                validate_record(record)
         except jsonschema.ValidationError as exc:
             raise CompareError(f"{path}: not a valid record: {exc.message}") from None
         found.append((path, record))
@@ -97,7 +112,8 @@ def load(runs: Iterable[Path]) -> pd.DataFrame:
     rows = []
     for run in runs:
         for path, record in find_records(Path(run)):
-            measured, provenance = work(record), record["provenance"]
+            version, provenance = record["schema_version"], record["provenance"]
+            measured = work(record) if version == SCHEMA_VERSION else {"unknown": str(path)}
             system = provenance.get("system") or {}
             accelerator = system.get("accelerator") or provenance["hardware"].get("device_name")
             row = {
@@ -134,6 +150,9 @@ def split(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     matched, alone = records[systems > 1], records[systems == 1]
     reasons = []
     for row in alone.itertuples():
+        if "unknown" in json.loads(row.work):
+            reasons.append(UNKNOWN.format(SCHEMA_VERSION - 1))
+            continue
         others = records[(records["system"] != row.system) & (records["point"] == row.point)]
         if others.empty:
             reasons.append(f"no other system measured {row.stage} {row.point}")
@@ -155,8 +174,31 @@ def _quantities(records: pd.DataFrame) -> Iterator[tuple[str, str, str | None]]:
         yield from ((stage, "value", m) for m in metrics if stage in STAGES[:2])
 
 
+def verdict(quantity: str, ratio: float) -> str:
+    """'better' or 'worse' (or 'same') for the system, by the quantity's direction."""
+    if ratio == 1 or np.isnan(ratio):
+        return "same" if ratio == 1 else ""
+    return "better" if (ratio > 1) != (quantity in LOWER_IS_BETTER) else "worse"
+
+
+def bootstrap_ci(values: dict[str, list[np.ndarray]], other: str, reference: str) -> list:
+    """95% percentile interval of the median-over-points ratio, resampling each point's repeats
+    (the same statistic as the ratio); None unless every point has 3 or more repeats a side."""
+    if min(len(v) for side in (other, reference) for v in values[side]) < 3:
+        return [None, None]
+    rng = np.random.default_rng(0)
+
+    def medians(side: str) -> np.ndarray:  # (resamples, points)
+        picks = [v[rng.integers(0, len(v), (BOOTSTRAP, len(v)))] for v in values[side]]
+        return np.stack([np.median(p, axis=1) for p in picks], axis=1)
+
+    ratio = np.median(medians(other) / medians(reference), axis=1)
+    return [round(float(x), 4) for x in np.percentile(ratio, [2.5, 97.5])]
+
+
 def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """System / reference per quantity: the median over points (each the median of its repeats)."""
+    """System / reference per quantity: the median over points (each the median of its
+    repeats), its direction and, with enough repeats, its bootstrap interval."""
     ok = matched[matched["status"].isin(["", "ok"])]
     rows = []
     for stage, column, metric in _quantities(ok):
@@ -170,8 +212,12 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
             both = per_point.dropna(subset=[("median", reference), ("median", other)])
             ratio = both[("median", other)] / both[("median", reference)]
             repeats = f"{both[('size', other)].median():g} / {both[('size', reference)].median():g}"
-            spread = [ratio.median(), len(ratio), ratio.min(), ratio.max()]
-            row = [stage, quantity, other, reference, *spread, repeats]
+            values = part.groupby(["work", "system"])[column].apply(lambda v: v.to_numpy())
+            sides = {s: [values[(w, s)] for w in both.index] for s in (other, reference)}
+            middle = ratio.median()
+            interval = bootstrap_ci(sides, other, reference)
+            spread = [middle, verdict(quantity, middle), *interval, len(ratio), ratio.min()]
+            row = [stage, quantity, other, reference, *spread, ratio.max(), repeats]
             rows.append(dict(zip(RATIOS, row, strict=True)))
     return pd.DataFrame(rows).round(4)
 

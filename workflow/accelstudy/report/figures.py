@@ -11,9 +11,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from accelstudy.report.tables import bit_order
+from accelstudy.report.tables import BASELINE_LABELS, bit_order
 from accelstudy.tasks import TASK_NAMES, TASKS
 
+BASELINES = list(BASELINE_LABELS.values())
 SPREAD = {"estimator": "median", "errorbar": ("pi", 100)}  # median of the repeats, bars min-max
 
 
@@ -43,7 +44,8 @@ def baseline_figure(records: pd.DataFrame) -> plt.Figure:
     accuracy = data[data["metric"] == "accuracy"]
     if not accuracy.empty:
         sns.barplot(data=accuracy, x="label", y="value", hue="model", ax=axes[0])
-        axes[0].set(ylabel="accuracy", ylim=(0, 1), title="Multiple-choice accuracy (FP32)")
+        dtypes = ", ".join(accuracy["method"].map(lambda m: BASELINE_LABELS.get(m, m)).unique())
+        axes[0].set(ylabel="accuracy", ylim=(0, 1), title=f"Multiple-choice accuracy ({dtypes})")
         axes[0].axhline(0.25, ls=":", c="grey")
     sns.barplot(data=data, x="label", y="tokens_per_s", hue="model", ax=axes[1])
     axes[1].set(ylabel="tokens / s", title="Evaluation throughput")
@@ -89,15 +91,17 @@ def fig1(frame: pd.DataFrame, calibration: Mapping[str, int | None]) -> plt.Figu
 
 def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
     """Quality against compression; published points in their own row, never on our axes."""
-    lists = bit_order(b for b in points["bit list"] if b != "FP32")
-    palette = {"FP32": "black", **dict(zip(lists, sns.color_palette("tab10"), strict=False))}
-    styles = list(dict.fromkeys(["FP32", *points["recipe / system"]]))
+    lists = bit_order(b for b in points["bit list"] if b not in BASELINES)
+    palette = dict.fromkeys(BASELINES, "black")
+    palette |= dict(zip(lists, sns.color_palette("tab10"), strict=False))
+    styles = list(dict.fromkeys([*BASELINES, *points["recipe / system"]]))
     markers = dict(zip(styles, "*oXs^DvPp", strict=False))
     dots = dict(x="compression", y="value", hue="bit list", style="recipe / system", s=90)
     fig, panels = _grid(points, "panel", list(dict.fromkeys(points["panel"])), (5.5, 4))
     for ax, panel, task, part in panels:
-        for value in part[part["bit list"] == "FP32"]["value"][:1]:
-            ax.axhline(value, ls=":", c="grey", label="FP32 level")
+        bases = part[part["bit list"].isin(BASELINES)][:1]
+        for label, value in zip(bases["bit list"], bases["value"], strict=True):
+            ax.axhline(value, ls=":", c="grey", label=f"{label} level")
         hues = [b for b in palette if b in set(part["bit list"])]
         sns.scatterplot(part, hue_order=hues, palette=palette, markers=markers, ax=ax, **dots)
         ax.set(xlabel="compression ratio (FP32 = 1)", ylabel=part["metric"].iloc[0])

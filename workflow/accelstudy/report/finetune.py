@@ -12,6 +12,7 @@ from accelstudy.report.figures import SPREAD, draw
 STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ["fused", "eager"]
 HOLES = {"does-not-fit": "does not fit", "predicted-does-not-fit": "predicted not to fit"}
+HOLES["ok-resumed"] = "resumed from a checkpoint: not timed"
 KEYS = ["system", "model", "strategy", "attention", "cards"]
 ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
 # metric columns the tables read; absent from the collected records where no point ran

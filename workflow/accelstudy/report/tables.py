@@ -8,6 +8,8 @@ PERCENT_METRICS = {"accuracy"}
 PAPER_BITS = ["[16,8,4]", "[8,8,4]", "[8,4,4]"]
 # the real recipes (ours by name, the published by method key) as the paper labels them
 RECIPE_LABELS = {"fake": "simulated", "nvidia": "FP16/INT8", "fp8": "BF16/FP8", "bf16": "BF16"}
+# a baseline by the dtype it ran in (evaluation.dtype): never "FP32" for a BF16 one
+BASELINE_LABELS = {"fp32": "FP32", "bfloat16": "BF16 baseline", "float16": "FP16 baseline"}
 PUBLISHED_REAL = {"bf16-fp8": "BF16/FP8", "fp16-int8": "FP16/INT8"}
 TIE_RULES = {"Gaudi2": "no", "A100": "yes"}  # how the authors' BoolQ scripts break ties
 TIED_TASKS = {"boolq"}
@@ -81,6 +83,7 @@ def _wide(long: list[dict], index: list[str], columns: Sequence[str]) -> pd.Data
 def _quantized(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """FP32 records (paper protocol) and quantized ones with recipe, bit list, Table 1 column."""
     fp32 = records[(records["stage"] == "baseline") & (records["protocol"] == "paper")]
+    fp32 = fp32.assign(column=fp32["method"].map(lambda m: BASELINE_LABELS.get(m, m)))
     quantized = records[records["stage"] == "quantized"]
     method = quantized["method"].str.split(" ")
     recipe = method.str[0].map(lambda r: RECIPE_LABELS.get(r, r))
@@ -94,8 +97,9 @@ def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame
     fp32, quantized = _quantized(records)
     order = bit_order([*bit_lists, *quantized["bits"]])
     real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
-    columns = ["FP32", *order, *(f"{label} {b}" for label in real for b in order)]
-    fp32 = fp32.assign(column="FP32", metric_compression_ratio=1.0)
+    bases = [label for label in BASELINE_LABELS.values() if label in set(fp32["column"])]
+    columns = [*bases, *order, *(f"{label} {b}" for label in real for b in order)]
+    fp32 = fp32.assign(metric_compression_ratio=1.0)
     long = []
     for (model, data, task), group in quantized.groupby(["model", "data", "task"]):
         key = {"model": model, "data": data, "task": task}
@@ -142,7 +146,8 @@ def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFr
     """Quality against compression per (bit list, recipe), ours then the published."""
     fp32, quantized = _quantized(records)
     keys = quantized[["model", "task"]].drop_duplicates()
-    fp32 = fp32.merge(keys).assign(bits="FP32", recipe="FP32", metric_compression_ratio=1.0)
+    fp32 = fp32.merge(keys)
+    fp32 = fp32.assign(bits=fp32["column"], recipe=fp32["column"], metric_compression_ratio=1.0)
     ours = pd.concat([fp32, quantized])
     pub = published_long(published).dropna(subset=["compression"])
     pub = pub[pub["task"].isin(keys["task"])]
