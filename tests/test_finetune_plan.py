@@ -140,8 +140,29 @@ def test_zero3_without_deepspeed(monkeypatch):
     validate_study(study(on_unsupported="record"))  # recorded as unsupported instead
 
 
+def fake_scontrol(*args: str) -> list[str]:
+    """scontrol as SLURM answers for job 7 on nid001 and nid002."""
+    if args[:3] == ("scontrol", "show", "job"):
+        assert args[-1] == "7"
+        return [
+            "JobId=7",
+            "JobName=x",
+            "ReqNodeList=(null)",
+            "NodeList=nid[001-002]",
+            "BatchHost=nid001",
+        ]
+    if args[:3] == ("scontrol", "show", "node"):
+        assert args[-1] == "nid001"
+        return ["NodeName=nid001", "Arch=x86_64", "NodeAddr=nid001-hsn", "NodeHostName=nid001"]
+    assert args == ("scontrol", "show", "hostnames", "nid[001-002]")
+    return ["nid001", "nid002"]
+
+
 def test_launch_lines_per_site(monkeypatch):
-    monkeypatch.setattr(launch, "first_host", lambda: "nid001")
+    """Multi-node: the node list comes from the job id, the only SLURM_* variable the
+    plugin's job step keeps of the allocation's."""
+    monkeypatch.setattr(launch, "_ask_slurm", fake_scontrol)
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     args = ["--point", "{}"]
     cpu = launch.command(load_system("cpu"), 2, "w", args)
@@ -160,7 +181,7 @@ def test_launch_lines_per_site(monkeypatch):
         "--nproc-per-node=4",
         "--nnodes=2",
         "--rdzv-backend=c10d",
-        "--rdzv-endpoint=nid001:29500",
+        "--rdzv-endpoint=nid001-hsn:29500",
         "--rdzv-id=7",
     } <= set(perlmutter)
     voyager = load_system("voyager")

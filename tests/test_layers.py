@@ -16,7 +16,7 @@ LAYERS = {  # from the ground up; a package name stands for its modules
     1: ["__init__", "paths", "errors", "files", "device", "systems", "locks"],
     2: ["tasks", "points"],
     3: ["config", "records"],
-    4: ["data", "models"],
+    4: ["data", "models", "snapshots"],
     5: ["evaluate", "launch", "ranks"],
     6: ["ptq", "finetune", "diffusion"],
     7: ["report", "study", "site", "targets"],

@@ -36,6 +36,15 @@ class PlannedJob:
     def __init__(self, rule: str, threads: int, resources: dict) -> None:
         self.name, self.threads, self.resources = rule, threads, JobResources(resources)
 
+    def is_group(self) -> bool:
+        return False
+
+    @property
+    def cards(self) -> int:
+        """The point's cards: `gpu` on one node, `--gres=gpu:N` per node across nodes."""
+        per_node = int(str(self.resources.get("gres") or "0").rsplit(":", 1)[-1])
+        return self.resources["gpu"] or per_node * self.resources["nodes"]
+
 
 PLANS: dict[tuple, subprocess.CompletedProcess] = {}  # one dry run per distinct command
 
@@ -49,6 +58,8 @@ def dry_run(workdir: Path, profile: str, *args: str, account: str | None = ACCOU
     if account:
         env["ACCELSTUDY_ACCOUNT"] = account
     env.update(extra)
+    (workdir / "data").mkdir(exist_ok=True)  # the paper's instruction data, a local file
+    (workdir / "data" / "psychology.parquet").touch()
     cmd = [sys.executable, "-m", "snakemake", "--profile", f"profiles/{profile}",
            "--directory", str(workdir), "--dry-run", "--cores", "256", *args]  # fmt: skip
     PLANS[key] = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -142,18 +153,81 @@ def finetune_lines(workdir: Path, profile: str) -> dict[int, set[str]]:
     settings = executor_settings(profile)
     jobs = [job for job in planned_jobs(result.stdout) if job.name == "finetune"]
     assert len(jobs) == 3 * 3 * 5 * 2 * 3  # models x strategies x cards x attention x repeats
-    return {job.resources["gpu"]: flags(sbatch_line(job, settings)) for job in jobs}
+    return {job.cards: flags(sbatch_line(job, settings)) for job in jobs}
 
 
 def test_finetune_points_ask_for_their_cards_and_nodes(tmp_path):
-    """Perlmutter and Expanse nodes have 4 GPUs: 6 and 8 cards take two nodes."""
+    """Perlmutter and Expanse nodes have 4 GPUs: 6 and 8 cards take two nodes, as the
+    plugin's multi-node (MPI) jobs: one task per node, the same GPUs on each node."""
     plan = finetune_lines(tmp_path, "perlmutter")
-    for cards, nodes in {1: 1, 2: 1, 4: 1, 6: 2, 8: 2}.items():
-        assert {f"--gpus={cards}", f"--nodes={nodes}", "--qos=regular", "-C gpu",
-                f"--mem {64000 * min(cards, 4)}", "-t 120"} <= plan[cards]  # fmt: skip
+    for cards in (1, 2, 4):
+        assert {f"--gpus={cards}", "--nodes=1", "--qos=regular", "-C gpu",
+                f"--mem {64000 * cards}", "-t 120"} <= plan[cards]  # fmt: skip
+        assert not any(f.startswith("--ntasks") for f in plan[cards])
+    for cards in (6, 8):
+        assert {f"--gres=gpu:{cards // 2}", "--nodes=2", "--ntasks=2", "--cpus-per-task=32",
+                "--mem 256000"} <= plan[cards]  # fmt: skip
+        assert not any(f.startswith("--gpus") for f in plan[cards])
     plan = finetune_lines(tmp_path, "expanse")
     assert {"-p gpu-shared", "--nodes=1", "--gpus=2"} <= plan[2]
-    assert {"-p gpu", "--nodes=2", "--gpus=8", "--mem 368000"} <= plan[8]
+    assert {"-p gpu", "--nodes=2", "--ntasks=2", "--gres=gpu:4", "--mem 368000"} <= plan[8]
+    h100 = dry_run(tmp_path, "expanse", "--config", "system=expanse-h100")
+    eight = [j for j in planned_jobs(h100.stdout) if j.name == "finetune" and j.cards == 8]
+    assert "--gres=gpu:h100:4" in flags(sbatch_line(eight[0], executor_settings("expanse")))
+
+
+def jobstep_call(job: PlannedJob, monkeypatch) -> str:
+    """What the plugin's job step runs inside the allocation for `job` (its Popen caught)."""
+    import logging
+
+    import snakemake_executor_plugin_slurm_jobstep as jobstep
+
+    calls = []
+
+    class Started:
+        def __init__(self, call, **_):
+            calls.append(call)
+            self.stdin = None
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(jobstep.subprocess, "Popen", Started)
+    settings = SimpleNamespace(pass_command_as_script=False, array_execs="")
+    step = SimpleNamespace(
+        workflow=SimpleNamespace(executor_settings=settings), job_array_task=False,
+        gpu_job=None, logger=logging.getLogger("jobstep"), format_job_exec=lambda _: "JOB",
+        **dict.fromkeys(["report_job_submission", "report_job_success", "report_job_error"],
+                        lambda _: None),
+    )  # fmt: skip
+    jobstep.Executor.run_job(step, job)
+    return calls[0]
+
+
+@pytest.mark.parametrize("profile", ["perlmutter", "expanse"])
+def test_an_eight_card_point_runs_across_two_nodes(profile, tmp_path, monkeypatch):
+    """The job step runs the point's own command in the batch step (no `srun -n1`, which
+    SLURM refuses across nodes); the command starts one torchrun per node by `srun --overlap`
+    with the job's cores and cards on each, the rendezvous on the job's first node."""
+    from accelstudy import launch
+    from accelstudy.systems import load_system
+
+    result = dry_run(tmp_path, profile)
+    points = [j for j in planned_jobs(result.stdout) if j.name == "finetune"]
+    eight, one = next(j for j in points if j.cards == 8), next(j for j in points if j.cards == 1)
+    # every point's job runs its command in the batch step (a one-node point too: `mpi` is
+    # one of its resources, empty, so no task layout is asked of SLURM)
+    assert jobstep_call(eight, monkeypatch) == jobstep_call(one, monkeypatch) == "JOB"
+    baseline = next(j for j in planned_jobs(result.stdout) if j.name == "baseline")
+    assert jobstep_call(baseline, monkeypatch).startswith("srun -n1")  # the others: a step
+    scontrol = {"job": ["JobId=7", "NodeList=nid[1-2]"], "hostnames": ["nid1", "nid2"]}
+    scontrol["node"] = ["NodeName=nid1", "NodeAddr=nid1"]
+    monkeypatch.setattr(launch, "_ask_slurm", lambda *args: scontrol[args[2]])
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    line = launch.command(load_system(profile), 8, "w", [], "ddp", eight.threads)
+    per_node = ["--nodes=2", "--ntasks-per-node=1", f"--cpus-per-task={eight.threads}"]
+    assert line[:6] == ["srun", "--overlap", *per_node, "--gres=gpu:4"]
+    assert {"--nnodes=2", "--nproc-per-node=4", "--rdzv-endpoint=nid1:29500"} <= set(line)
 
 
 def test_diffusion_points_ask_for_their_devices(tmp_path):
@@ -162,7 +236,7 @@ def test_diffusion_points_ask_for_their_devices(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     settings = executor_settings("perlmutter")
     jobs = [job for job in planned_jobs(result.stdout) if job.name == "diffusion"]
-    plan = {job.resources["gpu"]: flags(sbatch_line(job, settings)) for job in jobs}
+    plan = {job.cards: flags(sbatch_line(job, settings)) for job in jobs}
     assert sorted(plan) == [1, 2, 4]
     for devices, line in plan.items():
         assert {f"--gpus={devices}", "--nodes=1", f"--mem {64000 * devices}", "-t 120",

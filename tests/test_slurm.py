@@ -1,8 +1,9 @@
-"""The tiny study through a real single-node SLURM cluster and the SLURM executor plugin.
+"""The tiny study through a real two-node SLURM cluster and the SLURM executor plugin.
 
-tests/slurm/cluster.sh starts munged, slurmctld and slurmd (Debian's packages, as plain
-processes) with four fake GPUs. The scheduler's own job records (`scontrol show job`) are
-then compared with what profiles/slurm-test promises for each rule.
+tests/slurm/cluster.sh starts munged, slurmctld and a slurmd per node (Debian's packages, as
+plain processes on this machine), one fake GPU per node. The scheduler's own job records
+(`scontrol show job`) are then compared with what profiles/slurm-test promises for each
+rule; the fine-tuning and SR3 points span both nodes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
 PROFILE = ROOT / "profiles" / "slurm-test"
 ACCOUNT = "ci-project"
-SUBMITTED_RULES = {"baseline", "sensitivity", "quantize", "finetune"}
+SUBMITTED_RULES = {"baseline", "sensitivity", "quantize", "finetune", "diffusion"}
+POINTS = {"finetune", "diffusion"}  # 2 cards: one per node
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol")
 
 
@@ -91,10 +93,6 @@ def promised(rule: str) -> dict:
         for name, value in values.items()
     }
     evaluated["threads"] = profile["set-threads"][rule]
-    if (
-        rule == "finetune"
-    ):  # the rule asks for the point's cards: finetune.cards in .test/slurm.yaml
-        evaluated["gpu"] = 2
     return evaluated
 
 
@@ -116,9 +114,9 @@ def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
         by_rule.setdefault(rule_of(job), []).append(job)
     # only GPU work went to the scheduler; data, clustering and report ran locally
     assert set(by_rule) == SUBMITTED_RULES
-    # 4 baseline evaluations, 2 sensitivity chunks, 2 bit lists x 2 recipes, 1 point
+    # 4 baseline evaluations, 2 sensitivity chunks, 2 bit lists x 2 recipes, 2 points
     assert {rule: len(v) for rule, v in by_rule.items()} == {
-        "baseline": 4, "sensitivity": 2, "quantize": 4, "finetune": 1,
+        "baseline": 4, "sensitivity": 2, "quantize": 4, "finetune": 1, "diffusion": 1,
     }  # fmt: skip
     for rule, rule_jobs in by_rule.items():
         want = promised(rule)
@@ -129,26 +127,31 @@ def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
             assert job["MinMemoryNode"] == f"{want['mem_mb']}M"
             hours, minutes = divmod(want["runtime"], 60)
             assert job["TimeLimit"] == f"{hours:02d}:{minutes:02d}:00"
-            assert job["TresPerJob"] == f"gres:gpu:{want['gpu']}"
-            assert int(job["NumCPUs"]) == want["threads"]
-    # quantize asks for two cards: the scheduler really gave it two GPUs
-    assert by_rule["quantize"][0]["TresPerJob"] == "gres:gpu:2"
+            nodes = 2 if rule in POINTS else 1  # a point: its GPUs per node, a task per node
+            tres = "TresPerNode" if rule in POINTS else "TresPerJob"
+            assert job[tres] == f"gres:gpu:{want.get('gpu', 1)}"
+            assert int(job["NumNodes"]) == nodes
+            assert int(job["NumCPUs"]) == want["threads"] * nodes
 
 
-def test_two_process_point_ran_inside_its_slurm_job(slurm_study, cluster):
-    """torchrun started both ranks inside the job SLURM gave two GPUs and two CPUs."""
+@pytest.mark.parametrize(
+    ("rule", "record"),
+    [("finetune", "finetune/tiny/ddp/fused/cards-2/repeat-0.json"),
+     ("diffusion", "diffusion/devices-2/repeat-0.json")],
+)  # fmt: skip
+def test_two_node_points_ran_a_rank_on_each_node(rule, record, slurm_study, cluster):
+    """`srun --overlap` started a torchrun on each node of the job (its node list asked of
+    SLURM by job id); the ranks met, and the record names the node each rank ran on."""
     workdir, _ = slurm_study
-    path = workdir / "results" / "tiny" / "finetune" / "tiny" / "ddp" / "fused" / "cards-2"
-    record = json.loads((path / "repeat-0.json").read_text())
+    record = json.loads((workdir / "results" / "tiny" / record).read_text())
     metrics = record["metrics"]
-    assert metrics["status"] == "ok" and metrics["steps"] == 4
-    assert len(metrics["model_state_bytes"]) == 2  # one count per rank
-    assert metrics["tokens_per_s"] > 0
+    assert metrics["status"] == "ok" and metrics["rank_hosts"] == ["n1", "n2"]
     job = {j["JobId"]: j for j in scheduler_records(cluster)}[
         record["provenance"]["scheduler"]["job_id"]
     ]
-    assert rule_of(job) == "finetune" and job["TresPerJob"] == "gres:gpu:2"
-    assert int(job["NumCPUs"]) == 2 and int(job["NumNodes"]) == 1
+    assert rule_of(job) == rule and job["NodeList"] == "n[1-2]"
+    if rule == "finetune":
+        assert metrics["steps"] == 4 and len(metrics["model_state_bytes"]) == 2  # per rank
 
 
 def test_records_name_the_slurm_job_that_wrote_them(slurm_study, cluster):

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A single-node SLURM cluster for tests: munged, slurmctld and slurmd as plain background
-# processes (no systemd, no cgroups), four fake GPUs, job records in a jobcomp text file.
+# A two-node SLURM cluster for tests on one machine: munged, slurmctld and one slurmd per node
+# (`slurmd -N n1`, `-N n2`, each with its own port, spool, log and pid file) as plain
+# background processes (no systemd, no cgroups), one fake GPU per node, job records in a
+# jobcomp text file.
 #
 #   tests/slurm/cluster.sh install        apt-get the Debian packages (root, once)
 #   tests/slurm/cluster.sh start DIR      start daemons with state under DIR; prints env
@@ -58,18 +60,18 @@ start() {
     fi
     mkdir -p "$DIR"/{munge,key,state,spool,log,gpu}
     DIR=$(cd "$DIR" && pwd)
-    local node ctld_port node_port cpus mem_mb
-    node=$(hostname -s)
+    local host ctld_port cpus mem_mb
+    host=$(hostname -s)
     ctld_port=$(free_port)
-    node_port=$(free_port)
     cpus=$(nproc)
-    # Leave a quarter of the memory to the machine itself.
-    mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.75}' /proc/meminfo)
+    # Leave a quarter of the memory to the machine itself, the rest split over the nodes.
+    mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.75 / 2}' /proc/meminfo)
 
     # Fake GPUs: SLURM only needs device files it can stat; character devices like
     # /dev/null pass its check (regular files get the node marked invalid).
-    for i in 0 1 2 3; do
+    for i in 1 2; do
         [[ -e $DIR/gpu/fake$i ]] || mknod "$DIR/gpu/fake$i" c 1 3
+        mkdir -p "$DIR/spool/n$i"
     done
 
     # A private munge key and socket, so nothing on the machine is touched.
@@ -82,24 +84,24 @@ start() {
         --seed-file="$DIR/munge/munge.seed"
 
     cat >"$DIR/gres.conf" <<EOF
-NodeName=$node Name=gpu Type=fake File=$DIR/gpu/fake[0-3]
+NodeName=n1 Name=gpu Type=fake File=$DIR/gpu/fake1
+NodeName=n2 Name=gpu Type=fake File=$DIR/gpu/fake2
 EOF
     cat >"$DIR/slurm.conf" <<EOF
 ClusterName=accelstudy-test
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
-SlurmdPort=$node_port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$DIR/munge/munge.socket
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -116,9 +118,10 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2
 MpiDefault=none
 MailProg=/bin/true
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:4 Feature=gpu State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
-PartitionName=gpu Nodes=$node MaxTime=INFINITE State=UP
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:1 Feature=gpu State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:1 Feature=gpu State=UNKNOWN
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=n1,n2 MaxTime=INFINITE State=UP
 EOF
     mkdir -p "$(dirname "$DEFAULT_CONF")"
     ln -sfn "$DIR/slurm.conf" "$DEFAULT_CONF"
@@ -129,8 +132,9 @@ EOF
 
     slurmctld -f "$SLURM_CONF" -i
     wait_for slurmctld 60 scontrol ping
-    slurmd -f "$SLURM_CONF"
-    wait_for "slurmd ($node)" 60 bash -c "sinfo -h -N -o %t | grep -qE '^(idle|mix|alloc)'"
+    slurmd -f "$SLURM_CONF" -N n1
+    slurmd -f "$SLURM_CONF" -N n2
+    wait_for "slurmd (n1, n2)" 60 bash -c "[[ \$(sinfo -h -N -p gpu -o %t | grep -cE '^(idle|mix|alloc)') == 2 ]]"
     echo "SLURM_CONF=$SLURM_CONF"
 }
 
@@ -144,7 +148,7 @@ stop() {
         squeue -h -o %A | xargs -r scancel --full 2>/dev/null || true
         for _ in $(seq 60); do [[ -z $(squeue -h -o %A 2>/dev/null) ]] && break; sleep 0.5; done
     fi
-    for pidfile in "$DIR/slurmd.pid" "$DIR/slurmctld.pid" "$DIR/munge/munged.pid"; do
+    for pidfile in "$DIR"/slurmd-n*.pid "$DIR/slurmctld.pid" "$DIR/munge/munged.pid"; do
         [[ -f $pidfile ]] || continue
         pid=$(cat "$pidfile")
         if kill "$pid" 2>/dev/null; then

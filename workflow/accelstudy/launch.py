@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from accelstudy.errors import StudyError
@@ -35,16 +35,31 @@ class RanksDevice:
         return self.label
 
 
-def first_host() -> str:
-    """The first node of this SLURM allocation, where the c10d rendezvous listens."""
-    nodelist = ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]]
-    return subprocess.run(nodelist, capture_output=True, text=True, check=True).stdout.split()[0]
+def _ask_slurm(*args: str) -> list[str]:
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
+
+
+def job_nodes() -> list[str]:
+    """This SLURM job's nodes, asked of SLURM by job id: the plugin's job step keeps only the
+    job id (and a few others) of the SLURM_* variables, so SLURM_JOB_NODELIST is not there."""
+    shown = _ask_slurm("scontrol", "show", "job", "-o", os.environ["SLURM_JOB_ID"])
+    return _ask_slurm("scontrol", "show", "hostnames", _field(shown, "NodeList"))
+
+
+def _field(shown: list[str], key: str) -> str:
+    return next(item.split("=", 1)[1] for item in shown if item.startswith(f"{key}="))
+
+
+def node_address(node: str) -> str:
+    """Where a node is reached (its NodeAddr): the node name itself on most clusters."""
+    return _field(_ask_slurm("scontrol", "show", "node", "-o", node), "NodeAddr")
 
 
 def command(
-    system: System, cards: int, module: str, args: list[str], strategy: str = "ddp"
+    system: System, cards: int, module: str, args: list[str], strategy: str = "ddp", threads=1
 ) -> list[str]:
-    """The full command that starts `cards` ranks of `python -m module args`."""
+    """The full command that starts `cards` ranks of `python -m module args`; across SLURM
+    nodes, a step of one task per node with the job's `threads` cores and cards on each."""
     nodes, per_node = system.layout(cards)
     worker = ["-m", module, *args]
     if system.launcher == "mpirun":
@@ -65,9 +80,12 @@ def command(
             f"{cards} cards need {nodes} nodes of system '{system.name}', which only a "
             "SLURM allocation (or a Kubeflow MPIJob on Gaudi) provides here"
         )
+    # one torchrun agent per node, in a step beside the batch step; c10d on the first node
     srun = ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1"]
-    endpoint = f"--rdzv-endpoint={first_host()}:{RENDEZVOUS_PORT}"
-    job = f"--rdzv-id={os.environ.get('SLURM_JOB_ID', 'accelstudy')}"
+    srun += [f"--cpus-per-task={threads}"]
+    srun += [f"--gres=gpu:{per_node}"] if system.card_resource == "gpu" else []
+    endpoint = f"--rdzv-endpoint={node_address(job_nodes()[0])}:{RENDEZVOUS_PORT}"
+    job = f"--rdzv-id={os.environ['SLURM_JOB_ID']}"
     return [*srun, *torchrun, f"--nnodes={nodes}", "--rdzv-backend=c10d", endpoint, job, *worker]
 
 
@@ -78,6 +96,7 @@ class PointJob(Job):
     Kubeflow MPIJob's, records the cards its ranks used)."""
 
     threads: int
+    rank_hosts: list[str] = field(default_factory=list)  # where each rank ran, rank order
 
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
@@ -86,7 +105,8 @@ class PointJob(Job):
         read from beside the record and removed, the ranks' device taken over; raise if they
         fail. On Gaudi, `hpu_env` adds what Habana's bridge reads as it loads (its lazy mode)."""
         result = self.out.with_name(f".{self.out.stem}.ranks.json")
-        command_line = command(self.system, cards, module, [*args, "--out", str(result)], strategy)
+        argv = [*args, "--out", str(result)]
+        command_line = command(self.system, cards, module, argv, strategy, self.threads)
         # OMP threads per rank: the ranks of one node share its job's cores, not oversubscribe
         omp = str(max(1, self.threads // self.system.layout(cards)[1]))
         log.info("launching: %s", " ".join(command_line))
@@ -100,6 +120,7 @@ class PointJob(Job):
             outcome = json.loads(result.read_text())
         finally:
             result.unlink(missing_ok=True)
+        self.rank_hosts = outcome.get("rank_hosts", [])
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = RanksDevice(outcome["device"], self.system.label)
         return outcome
@@ -107,6 +128,8 @@ class PointJob(Job):
     def record(self, stage: str, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:
         """Write this point's record (no evaluation protocol); log its status."""
         metrics["wall_time_s"] = round(time.perf_counter() - self.started, 3)
+        if self.rank_hosts:
+            metrics["rank_hosts"] = self.rank_hosts
         record = self.write(stage=stage, protocol=None, metrics=metrics, **fields)
         log.info("%s %s: %s", stage, self.out, metrics["status"])
         return record

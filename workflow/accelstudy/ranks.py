@@ -74,13 +74,16 @@ def run(
             if read_record(out).get("status") == "does-not-fit":
                 return 0
         raise
-    measured: list[Any] = [local]
+    # where this rank ran: its SLURM node (several may share a host), else the host
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    measured: list[Any] = [(local, node)]
     if torch.distributed.is_initialized():  # every rank's, once every rank has finished its work
         measured = [None] * torch.distributed.get_world_size()
-        torch.distributed.all_gather_object(measured, local)
+        torch.distributed.all_gather_object(measured, (local, node))
     if rank == 0:
         finished()
-        write_result(out, "ok", summarise(measured))
+        hosts = [host for _, host in measured]
+        write_result(out, "ok", {**summarise([m for m, _ in measured]), "rank_hosts": hosts})
     if torch.distributed.is_initialized():
         # leave together: a rank that tears gloo down while a peer still talks aborts it
         torch.distributed.barrier()

@@ -51,6 +51,13 @@ def check_finetune(config: Mapping[str, Any], system: System) -> None:
         "deepspeed, drop zero3, or set finetune.on_unsupported: record"
     )
     require(not missing, "finetune.strategies", problem)
+    file = str(sweep["data"].get("file", ""))
+    problem = f"'{file}' is no file here; put the instruction data there or give another source"
+    require(
+        sweep["data"].get("source") != "local" or Path(file).is_file(),
+        "finetune.data.file",
+        problem,
+    )
 
 
 def check_unet(model: Mapping[str, Any], hr_size: int) -> None:

@@ -223,11 +223,31 @@ class StudyTargets:
         return int(w.get("cards") or w.devices)
 
     def point_cards(self, kind: str) -> Callable[[Any], int]:
-        """A resource counting this point's cards where the system's card resource is `kind`."""
-        return lambda w: self._cards(w) if self.system.card_resource == kind else 0
+        """A resource counting this point's cards where the system's card resource is `kind`
+        (GPUs across nodes are asked per node instead: `point_gres`)."""
+
+        def cards(w: Any) -> int:
+            if self.system.card_resource != kind or (kind == "gpu" and self.point_nodes(w) > 1):
+                return 0
+            return self._cards(w)
+
+        return cards
 
     def point_nodes(self, w: Any) -> int:
         return self.system.nodes_for(self._cards(w))
+
+    # Across nodes, a point is what the SLURM plugin calls an MPI job: it submits its task
+    # layout (one task per node, the node's launcher, with `--gres` GPUs per node so each node
+    # holds the same number) and runs the job's command in the batch step, where `srun
+    # --overlap` starts a torchrun per node. On one node, mpi is "" (false: no task layout).
+    def point_mpi(self, w: Any) -> str:
+        return "srun" if self.point_nodes(w) > 1 else ""
+
+    def point_gres(self, w: Any) -> str:
+        nodes, per_node = self.system.layout(self._cards(w))
+        model = self.system.slurm.get("gpu_model")  # Expanse's H100s are asked by model
+        gpu = f"gpu:{model}:{per_node}" if model else f"gpu:{per_node}"
+        return gpu if nodes > 1 and self.system.card_resource == "gpu" else ""
 
     def point_threads(self, w: Any) -> int:
         """On the cpu system a card is a process, so a point takes one core per card."""

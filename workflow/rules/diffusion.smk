@@ -37,6 +37,10 @@ rule diffusion:
         gpu=STUDY.point_cards("gpu"),
         gaudi=STUDY.point_cards("gaudi"),
         nodes=STUDY.point_nodes,
+        mpi=STUDY.point_mpi,
+        tasks=STUDY.point_nodes,
+        tasks_per_gpu=0,  # the plugin would otherwise read `tasks` as tasks per GPU
+        gres=STUDY.point_gres,
         mem_mb=8000,
         runtime=lambda wildcards, attempt: 120 * attempt,
     params:
