@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from accelstudy.data.sources import read_source
+from accelstudy.data.sources import describe_source, read_source
 from accelstudy.finetune.planner import load_config, plan
 from accelstudy.finetune.strategies import gaudi_env
 from accelstudy.launch import PointFailed, PointJob
@@ -66,5 +66,7 @@ def run(
         if outcome["status"] != "ok":
             metrics["error"] = outcome.get("error", "")
     what = dict(task="instructions", method=point.strategy, parameters=point.as_dict())
-    what["inputs"] = {"model": identity(model_dir), "data": read_source(point.data["file"])}
+    file = point.data.get("file")  # the rules' points read a prepared file; else generated
+    data = read_source(file) if file else describe_source(point.data, "train")
+    what["inputs"] = {"model": identity(model_dir), "data": data}
     return job.record("finetune", metrics, model=model_name, data_source=data_source, **what)
