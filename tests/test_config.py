@@ -37,8 +37,19 @@ def test_defaults_are_filled():
 
 
 @pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml"])
-def test_shipped_configs_are_valid(path):
+def test_shipped_configs_are_valid(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the paper's instruction data: a local file, here empty
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "psychology.parquet").touch()
     assert load_study(ROOT / path)["study"]
+
+
+def test_a_missing_local_data_file_stops_the_study(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"'finetune\.data\.file': 'data/psychology\.parquet' is no"
+    ):
+        load_study(ROOT / "config" / "paper.yaml")
 
 
 def with_change(path: str, value) -> dict:

@@ -201,7 +201,9 @@ def test_paper_study_plans_the_published_setup(tmp_path):
     """config/paper.yaml: 3 tasks x 2 protocols, 22 sensitivity jobs per task, 3 bit lists x
     3 recipes per task on TinyLlama; 3 models x 3 strategies x 5 card counts x 2 attention
     settings x 3 repeats of fine-tuning (those models get no baseline or PTQ jobs); planned
-    without a network or a GPU."""
+    without a network or a GPU (the authors' instruction data: a local file, here empty)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "psychology.parquet").touch()
     cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
            str(ROOT / "config" / "paper.yaml"), "-n"]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
