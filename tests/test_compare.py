@@ -162,3 +162,37 @@ def test_one_system_name_two_machines(tmp_path):
     assert "runs name the same system 'a' but different machines" in text
     assert "a-card, 16 GB per card" in text and "H100, 16 GB per card" in text
     assert "\n" not in text
+
+
+def test_runs_on_data_one_row_apart_are_not_matched(tiny, tmp_path, monkeypatch):
+    """Two runs of the baseline stage, alike but for one row of the local BoolQ file: the
+    records name each file's sha256, and compare lists them apart with the differing digest."""
+    import hashlib
+
+    from accelstudy.data.sources import prepare_data
+    from accelstudy.evaluate.baseline import baseline
+    from accelstudy.models import save_prepared
+
+    monkeypatch.chdir(tmp_path)
+    save_prepared(*tiny, tmp_path / "model")
+    rows = [{"question": f"is {i} even", "passage": f"{i} is a number.", "answer": i % 2 == 0}
+            for i in range(4)]  # fmt: skip
+    digests, runs = {}, []
+    for system, last in (("cpu", True), ("cpu-bf16", False)):
+        file = Path(f"{system}.jsonl")
+        file.write_text("".join(json.dumps(r) + "\n" for r in [*rows, {**rows[0], "answer": last}]))
+        digests[system] = "sha256:" + hashlib.sha256(file.read_bytes()).hexdigest()
+        run = tmp_path / system / "results" / "t"
+        data = run / "data" / "boolq" / "validation.jsonl"
+        prepare_data(
+            "boolq", {"source": "local", "files": {"validation": str(file)}}, "validation", data
+        )
+        settings = {"boolq_max_length": 512, "dtype": "float32"}
+        baseline(study="t", system=system, model_name="tiny", model_dir=tmp_path / "model",
+                 task="boolq", data=data, data_source="local", settings=settings, limit=None,
+                 protocol="paper", out=run / "baseline" / "tiny" / "boolq" / "paper.json")  # fmt: skip
+        runs.append(run)
+    matched, left = split(load(runs))
+    assert matched.empty and len(left) == 2
+    reason = left.set_index("system").loc["cpu", "reason"]
+    assert reason == f"inputs.data.digest: {digests['cpu']} here, {digests['cpu-bf16']} there"
