@@ -11,6 +11,7 @@ and a later prepare reuses each digest whose file has the same size and mtime.""
 
 import json
 import logging
+import math
 import os
 import re
 from pathlib import Path
@@ -94,15 +95,8 @@ def fp32_bytes(folder: Path) -> int:
     total = 0
     for size, header in safetensors_headers(folder).values():
         shapes = [t["shape"] for key, t in header.items() if key != "__metadata__"]
-        total += 8 + size + 4 * sum(_count(shape) for shape in shapes)
+        total += 8 + size + 4 * sum(math.prod(shape) for shape in shapes)
     return total
-
-
-def _count(shape: list[int]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
 
 
 def _hub_files(folder: Path) -> dict[str, dict[str, Any]]:
