@@ -145,7 +145,8 @@ def test_two_node_points_ran_a_rank_on_each_node(rule, record, slurm_study, clus
     workdir, _ = slurm_study
     record = json.loads((workdir / "results" / "tiny" / record).read_text())
     metrics = record["metrics"]
-    assert metrics["status"] == "ok" and metrics["rank_hosts"] == ["n1", "n2"]
+    # in rank order; c10d numbers the nodes' agents as they join, so either node may be rank 0
+    assert metrics["status"] == "ok" and sorted(metrics["rank_hosts"]) == ["n1", "n2"]
     job = {j["JobId"]: j for j in scheduler_records(cluster)}[
         record["provenance"]["scheduler"]["job_id"]
     ]
