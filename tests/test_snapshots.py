@@ -173,3 +173,17 @@ def test_the_hub_refusing_is_one_line(refusal, said, tmp_path, monkeypatch):
     assert str(error.value).startswith(f"models.tiny: '{REPO}' at revision 'v2'")
     assert said in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "tiny").exists()
+
+
+def test_a_model_that_is_no_causal_lm_is_refused_at_prepare(saved, tmp_path, monkeypatch):
+    """Read from config.json, before any job: an encoder is not what the jobs can load."""
+    import shutil
+
+    bert = tmp_path / "bert"
+    shutil.copytree(saved, bert)
+    config = json.loads((bert / "config.json").read_text())
+    (bert / "config.json").write_text(json.dumps(config | {"architectures": ["BertModel"]}))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelSourceError, match=r"has architectures \['BertModel'\]; expected a"):
+        prepare_model({"source": "local", "path": "bert"}, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ rest), read from the cache's blob names, so nothing is hashed. A local directory
 hashed with sha256 once (one read of the directory: about 2 minutes per 140 GB at 1.2 GB/s),
 and a later prepare reuses each digest whose file has the same size and mtime."""
 
+import hashlib
 import json
 import logging
 import math
@@ -126,8 +127,6 @@ def _local_files(folder: Path, before: dict[str, Any]) -> dict[str, dict[str, An
 
 def _digest(files: dict[str, dict[str, Any]]) -> str:
     """One digest over every file's name and digest (sorted): the directory's."""
-    import hashlib
-
     lines = "".join(f"{name} {entry['digest']}\n" for name, entry in sorted(files.items()))
     return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
 
@@ -162,6 +161,17 @@ def _dtypes(folder: Path) -> list[str]:
     return sorted({t["dtype"] for h in headers for k, t in h.items() if k != "__metadata__"})
 
 
+def check_causal_lm(name: str, folder: Path) -> None:
+    """A model's config.json names a *ForCausalLM (read, nothing loaded), as jobs need."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ModelSourceError(f"models.{name}: '{folder}' holds no config.json")
+    architectures = json.loads(path.read_text()).get("architectures") or []
+    if not any(a.endswith("ForCausalLM") for a in architectures):
+        problem = f"has architectures {architectures}; expected a *ForCausalLM"
+        raise ModelSourceError(f"models.{name}: '{folder}' {problem}")
+
+
 def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:
     """The `prepare-model` stage: find (Hub, local) or convert (GGUF, tiny random) the model;
     write its manifest into `out` last, so a present manifest means a prepared model."""
@@ -169,13 +179,13 @@ def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, A
     manifest: dict[str, Any] = {"source": source}
     if source == "hf":
         folder = hub_snapshot(out.name, spec)
+        check_causal_lm(out.name, folder)
         commit = folder.name if COMMIT.fullmatch(folder.name) else None
         manifest |= {"id": spec["id"], "revision": spec.get("revision") or "main"}
         manifest |= {"commit": commit, "path": str(folder), "files": _hub_files(folder)}
     elif source == "local":
         folder = (Path.cwd() / spec["path"]).resolve()
-        if not (folder / "config.json").is_file():
-            raise ModelSourceError(f"models.{out.name}.path: '{folder}' holds no config.json")
+        check_causal_lm(out.name, folder)
         before = read_manifest(out)["files"] if (out / MANIFEST).is_file() else {}
         files = _local_files(folder, before)
         manifest |= {"path": str(folder), "digest": _digest(files), "files": files}
