@@ -8,7 +8,8 @@ import json
 import pytest
 from accelstudy import launch, ranks
 from accelstudy.errors import ConfigError
-from accelstudy.finetune.planner import load_config, plan, plan_point
+from accelstudy.finetune import planner
+from accelstudy.finetune.planner import load_config, plan, plan_host, plan_point
 from accelstudy.points import Lora
 from accelstudy.study import validate_study
 from accelstudy.systems import load_system
@@ -63,12 +64,13 @@ def smollm2_shaped(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("strategy", "processes"), [("ddp", 1), ("zero3", 2)])
+@pytest.mark.parametrize(("strategy", "processes"), [("ddp", 1), ("zero3", 2), ("fsdp", 2)])
 def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped, tmp_path):
     """The CPU peak is each rank's RSS growth from just before the model loads to its
     maximum (getrusage), against the planner's total for a cpu device. Two optimizer steps of
     one micro-batch each: the second's activations meet the optimizer states the first made,
-    the steady peak the planner predicts (more micro-batches only cost time)."""
+    the steady peak the planner predicts (more micro-batches only cost time). The node's host
+    plan against the ranks' own peak RSS (VmHWM) summed; FSDP's rank 1 loads no weights."""
     point = make_point(strategy, cards=processes, max_steps=2, throughput_warmup_steps=0)
     point = point.replace(max_seq_length=512, grad_accum=1, lora=Lora())
     point = point.replace(zero3_persistence_threshold=None)
@@ -76,8 +78,14 @@ def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped
     finished = run_worker(point, smollm2_shaped, out, processes=processes)
     assert finished.returncode == 0, finished.stderr[-3000:]
     predicted = plan(load_config(smollm2_shaped), point, "cpu").total
-    for peak in json.loads(out.read_text())["metrics"]["peak_memory_per_rank"]:
+    metrics = json.loads(out.read_text())["metrics"]
+    for peak in metrics["peak_memory_per_rank"]:
         assert predicted == pytest.approx(peak, rel=0.25)
+    host = plan_host(load_config(smollm2_shaped), point, "cpu", ranks_per_node=processes)
+    assert host.total == pytest.approx(sum(metrics["host_peak_rss_per_rank"]), rel=0.25)
+    if strategy == "fsdp":  # rank 0 read 270 MB of bf16 weights; rank 1 built empty tensors
+        first, second = metrics["load_rss_growth_per_rank"]
+        assert first > 250e6 and second < 0.2 * first
 
 
 def fits(model: str, strategy: str, cards: int, gb: float) -> bool:
@@ -95,6 +103,35 @@ def test_the_papers_facts():
         # the authors never ran 2 cards: this is the planner's own prediction
         assert not fits("llama-3.3-70b-instruct", strategy, 2, 96)
     assert not fits("llama-3.3-70b-instruct", "ddp", 8, 96)  # DDP replicates: cards don't help
+
+
+def test_plan_lists_the_papers_held_out_points(capsys):
+    """`accelstudy plan` on the paper config: the 70B under DDP overflows a Perlmutter node's
+    host RAM too (every rank loads 141 GB); under torch's FSDP only rank 0 loads, so 8 A100s
+    hold it out for card memory alone; on Gaudi, whose FSDP loads on every rank, for both."""
+    from accelstudy import cli
+    from accelstudy.paths import PROJECT_ROOT
+
+    config = PROJECT_ROOT / "config" / "paper.yaml"
+    assert cli.main(["plan", "--configfile", str(config), "--system", "perlmutter"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("perlmutter: 34 of 90 points fit")
+    rows = {tuple(line.split()[:4]): line.split(maxsplit=8)[-1] for line in printed.splitlines()}
+    seventy = ("llama-3.3-70b-instruct",)
+    assert rows[(*seventy, "ddp", "fused", "2")] == "card and host"
+    assert rows[(*seventy, "fsdp", "fused", "8")] == "card"
+    assert ("llama-3.1-8b-instruct", "ddp", "fused", "4") not in rows  # it fits
+    config = validate_study_config(config)
+    gaudi = {tuple(r[k] for k in ("model", "strategy", "attention", "cards")): r["held_out_for"]
+             for r in planner.plan_sweep(config, load_system("voyager-gaudi1"))}  # fmt: skip
+    assert gaudi[("llama-3.3-70b-instruct", "fsdp", "fused", 8)] == "card and host"
+
+
+def validate_study_config(path) -> dict:
+    import yaml
+    from accelstudy.config import validate_config
+
+    return validate_config(yaml.safe_load(path.read_text()))
 
 
 def study(**finetune) -> dict:
@@ -225,10 +262,13 @@ def test_holes_are_records_not_crashes(tiny_dir, tmp_path, monkeypatch):
     from accelstudy.records import validate_record
     from transformers import LlamaForCausalLM
 
-    monkeypatch.setattr(job, "memory_per_card", lambda system, cards: 1e-6)
     monkeypatch.setattr(launch.PointJob, "launch", lambda *a, **k: pytest.fail("launched"))
-    metrics = stage_point(tiny_dir, tmp_path)
-    assert metrics["status"] == "predicted-does-not-fit" and "tokens_per_s" not in metrics
+    for budget, held_out_for in [("memory_per_card", "card"), ("host_memory", "host")]:
+        with monkeypatch.context() as patch:
+            patch.setattr(planner, budget, lambda *args: 1e-6)
+            metrics = stage_point(tiny_dir, tmp_path)
+        assert metrics["status"] == "predicted-does-not-fit" and "tokens_per_s" not in metrics
+        assert metrics["held_out_for"] == held_out_for
     monkeypatch.undo()
     monkeypatch.setenv("ACCELSTUDY_TEST_RAISE_OOM", "1")
     metrics = stage_point(tiny_dir, tmp_path)

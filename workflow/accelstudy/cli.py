@@ -160,6 +160,13 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("device", {"default": "cuda", "choices": DEVICES[1:]}),
          ("memory-per-card-gb", {"type": float, "help": "say whether it fits"})],
     ),
+    "plan": (
+        "list the fine-tuning points each system holds out for card or host memory",
+        "accelstudy.finetune.planner:plan_study",
+        ["configfile", ("system", {"nargs": "*", "default": [], "required": False,
+                                   "help": "config/systems names (default: all)"}),
+         ("every-point", {"action": "store_true", "help": "list the points that fit too"})],
+    ),
     "prepare-dust": (
         "dust images from PySM3, paired high/low-res", "accelstudy.data.dust:prepare_dust",
         [("spec", {"help": "the diffusion.data config entry"}), "seed",

@@ -7,6 +7,7 @@ import platform
 import resource
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +22,16 @@ def hpu_available() -> bool:
     import habana_frameworks.torch as htorch  # noqa: F401  (registers the hpu device)
 
     return bool(torch.hpu.is_available())
+
+
+def host_peak_rss() -> int:
+    """This process's own peak RSS on the host (Linux VmHWM; ru_maxrss elsewhere, which on
+    Linux would carry a forking parent's peak across exec)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        line = next(x for x in status.read_text().splitlines() if x.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class System:
     account_required: bool = False
     accelerator: str | None = None
     memory_per_card_gb: float | None = None
+    host_memory_gb: float | None = None  # a node's RAM, from the site's documentation
     slurm: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -1,23 +1,22 @@
 """One fine-tuning point as one Snakemake job: plan its memory, launch its ranks, write its record.
 
-A point predicted not to fit is recorded unlaunched (`predicted-does-not-fit`) when the config
-asks; one whose ranks run out of memory is recorded (`does-not-fit`) and the job succeeds, so
-the sweep goes on. Any other failure fails the job with no record: a retry starts afresh."""
+A point predicted not to fit its cards or its node's host RAM is recorded unlaunched
+(`predicted-does-not-fit`, `held_out_for` which) when the config asks; one whose ranks run out
+of memory is recorded (`does-not-fit`) and the job succeeds, so the sweep goes on. Any other
+failure fails the job with no record: a retry starts afresh."""
 
 import importlib.util
 from pathlib import Path
 from typing import Any
 
-import psutil
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from accelstudy.data.sources import describe_source, read_source
-from accelstudy.finetune.planner import load_config, plan
+from accelstudy.finetune.planner import fit_check, load_config
 from accelstudy.finetune.strategies import gaudi_env
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import identity, weights_dir
-from accelstudy.systems import System
 
 WORKER = "accelstudy.finetune.train"
 
@@ -34,13 +33,6 @@ def unsupported(point: FinetunePoint, model_dir: Path, device_kind: str) -> str 
     return None
 
 
-def memory_per_card(system: System, cards: int) -> float:
-    """GB a card offers; on the cpu system the ranks of a node share its RAM."""
-    if system.memory_per_card_gb is not None:
-        return float(system.memory_per_card_gb)
-    return psutil.virtual_memory().total / 1e9 / system.layout(cards)[1]
-
-
 def run(
     *, model_name: str, model_dir: Path, point: FinetunePoint, data_source: str, **flags: Any
 ) -> dict[str, Any]:
@@ -49,16 +41,14 @@ def run(
     job = PointJob(**flags)
     # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
     ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind
-    predicted = plan(load_config(model_dir), point, ranks_device)
-    budget = memory_per_card(job.system, point.cards)
-    metrics: dict[str, Any] = {"predicted": predicted.as_dict(), "memory_per_card_gb": budget}
+    metrics, over = fit_check(load_config(model_dir), point, job.system, ranks_device)
     reason = unsupported(point, model_dir, ranks_device)
     if reason and point.on_unsupported != "record":
         raise PointFailed(f"{reason} (or set finetune.on_unsupported: record)")
     if reason:
         metrics.update(status="unsupported", error=reason)
-    elif point.skip_predicted_oom and not predicted.fits(budget):
-        metrics["status"] = "predicted-does-not-fit"
+    elif point.skip_predicted_oom and over:
+        metrics.update(status="predicted-does-not-fit", held_out_for=over)
     else:
         args = ["--point", point.to_json(), "--model-dir", str(model_dir)]
         outcome = job.launch(point.cards, WORKER, args, point.strategy, **gaudi_env(point))

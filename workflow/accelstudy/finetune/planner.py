@@ -1,21 +1,27 @@
-"""Predict a fine-tuning point's per-device peak memory from the model's config alone.
+"""Predict a fine-tuning point's per-card peak memory, and its node's host RAM, from the
+model's config alone.
 
 The model is built on the meta device (shapes, no weights), so the paper's 8B, 27B and 70B
 models are planned offline from resources/models/*/config.json. Model states follow from the
 strategy and card count (DDP replicates them, FSDP and ZeRO-3 split them), activations from
-the shapes of one micro-batch; a stated overhead covers the runtime itself."""
+the shapes of one micro-batch; a stated overhead covers the runtime itself. On the host, every
+rank first loads weights (all of them, its ZeRO-3 partition, or for FSDP rank 0 alone)."""
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
-from accelstudy.paths import RESOURCES
-from accelstudy.points import FinetunePoint
+from accelstudy.errors import ConfigError
+from accelstudy.paths import RESOURCES, SYSTEMS
+from accelstudy.points import FinetunePoint, finetune_cells, finetune_point
 from accelstudy.snapshots import weights_dir
+from accelstudy.systems import System, load_system
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The process and framework beyond the tensors counted here, stated, not fitted per point.
@@ -23,6 +29,14 @@ BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # cuBLAS workspaces; hpu: the graph runtime.
 FRAMEWORK_OVERHEAD = {"cpu": 0.3e9, "cuda": 1.0e9, "hpu": 2.0e9}
 ZERO3_PERSISTENCE = 100_000  # DeepSpeed's default stage3_param_persistence_threshold
+# A rank's process on the host before any weights: the interpreter with torch, transformers,
+# accelerate, peft and DeepSpeed imported (cpu: 0.55-0.6 GB measured here in 2026-11), plus
+# CUDA's or Habana's runtime libraries and context. Stated, not fitted per point.
+HOST_PROCESS = {"cpu": 0.6e9, "cuda": 3.0e9, "hpu": 4.0e9}
+# what a zero.Init rank reads at once: one checkpoint file (save_pretrained's default shard)
+CHECKPOINT_SHARD = 5e9
+_META_MODELS: dict[str, torch.nn.Module] = {}
+TOKEN_COLUMNS = 3  # a training block: input_ids, labels, attention_mask (int64 each)
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,25 @@ class MemoryPlan:
         return self.total <= memory_per_card_gb * 1e9
 
 
+@dataclass(frozen=True)
+class HostPlan:
+    """Predicted host RAM of the node that holds rank 0 (the busiest), bytes per rank: its
+    process, the larger of what it loads (before sharding or moving to the card) and what it
+    keeps in host RAM (a cpu device's tensors), and the training blocks it builds."""
+
+    per_rank: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_rank)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"per_rank": list(self.per_rank), "total": self.total}
+
+    def fits(self, host_memory_gb: float) -> bool:
+        return self.total <= host_memory_gb * 1e9
+
+
 def load_config(model: str | Path) -> PretrainedConfig:
     """A config from a directory (a prepared model, or one under resources/models)."""
     path = weights_dir(model) if Path(model).is_dir() else RESOURCES / "models" / str(model)
@@ -58,9 +91,13 @@ def load_config(model: str | Path) -> PretrainedConfig:
 
 
 def meta_model(config: PretrainedConfig) -> torch.nn.Module:
-    """The model's shapes without its weights."""
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+    """The model's shapes without its weights, built once per config (a plan of the paper's
+    sweep asks for each model hundreds of times)."""
+    key = config.to_json_string()
+    if key not in _META_MODELS:
+        with torch.device("meta"):
+            _META_MODELS[key] = AutoModelForCausalLM.from_config(config)
+    return _META_MODELS[key]
 
 
 def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str, int]:
@@ -133,6 +170,58 @@ def plan(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryP
     return MemoryPlan(**states, gathered=gathered, activations=activations, overhead=overhead)
 
 
+def plan_host(
+    config: PretrainedConfig, point: FinetunePoint, device: str, ranks_per_node: int
+) -> HostPlan:
+    """Host bytes of rank 0's node. Loaded weights, in the run's dtype: DDP, every rank all of
+    them; ZeRO-3 (zero.Init), its partition plus the checkpoint file being read; FSDP, rank 0
+    alone (accelerate's RAM-efficient loading; the others start on the meta device), except on
+    Gaudi, where every rank loads, as the authors' FSDP did."""
+    card = plan(config, point, device)
+    weights = sum(p.numel() for p in meta_model(config).parameters()) * BYTES[point.dtype]
+    blocks = point.max_steps * point.samples_per_step * point.cards
+    data = blocks * point.max_seq_length * TOKEN_COLUMNS * 8
+    resident = card.total if device == "cpu" else 0
+    per_rank = []
+    for rank in range(ranks_per_node):
+        loads = {
+            "ddp": weights,
+            "zero3": math.ceil(weights / point.cards) + min(weights, int(CHECKPOINT_SHARD)),
+            "fsdp": weights if rank == 0 or device == "hpu" else 0,
+        }[point.strategy]
+        per_rank.append(int(HOST_PROCESS[device]) + max(loads, resident) + data)
+    return HostPlan(tuple(per_rank))
+
+
+def memory_per_card(system: System, cards: int) -> float:
+    """GB a card offers; on the cpu system the ranks of a node share its RAM."""
+    if system.memory_per_card_gb is not None:
+        return float(system.memory_per_card_gb)
+    return psutil.virtual_memory().total / 1e9 / system.layout(cards)[1]
+
+
+def host_memory(system: System) -> float | None:
+    """GB of a node's RAM: the system file's, else this machine's on a cpu system, else unknown."""
+    if system.host_memory_gb is not None:
+        return float(system.host_memory_gb)
+    return psutil.virtual_memory().total / 1e9 if system.device == "cpu" else None
+
+
+def fit_check(
+    config: PretrainedConfig, point: FinetunePoint, system: System, device: str
+) -> tuple[dict[str, Any], str]:
+    """The point's card and host plans against the system's memory (a record's metrics), and
+    what a point predicted not to fit would overflow: "card", "host", both, or "" (it fits)."""
+    card = plan(config, point, device)
+    host = plan_host(config, point, device, system.layout(point.cards)[1])
+    budget, host_budget = memory_per_card(system, point.cards), host_memory(system)
+    over = [] if card.fits(budget) else ["card"]
+    over += [] if host_budget is None or host.fits(host_budget) else ["host"]
+    metrics = {"predicted": card.as_dict(), "memory_per_card_gb": budget}
+    metrics |= {"predicted_host": host.as_dict(), "host_memory_gb": host_budget}
+    return metrics, " and ".join(over)
+
+
 def plan_point(
     model: str | Path, device: str, batch: int = 2, seq_len: int = 512, **point: Any
 ) -> MemoryPlan:
@@ -140,3 +229,61 @@ def plan_point(
     batch per device, the sequence length and the point's other fields (FinetunePoint's)."""
     workload = FinetunePoint(per_device_batch=batch, max_seq_length=seq_len, **point)
     return plan(load_config(model), workload, device)
+
+
+def model_source(config: Mapping[str, Any], model: str) -> Path:
+    """Where a study's model config is: resources/models/<name> (the paper's models, planned
+    offline), else the study's prepared model."""
+    prepared = Path(config["results_dir"], config["study"], "models", model)
+    for path in (RESOURCES / "models" / model, prepared):
+        if (weights_dir(path) / "config.json").is_file():
+            return path
+    raise ConfigError(
+        f"model '{model}': no config.json in resources/models/{model} or in its prepared "
+        "folder; run the study's prepare_model job first (snakemake prepare_model)"
+    )
+
+
+def plan_sweep(config: Mapping[str, Any], system: System) -> list[dict[str, Any]]:
+    """Every fine-tuning point of a study (repeats once) on `system`: its card and host plans
+    against the system's memory and what it would be held out for."""
+    rows, offered = [], system.per_node * system.nodes
+    for cell in dict.fromkeys(c._replace(repeat=0) for c in finetune_cells(config)):
+        row = {**cell._asdict(), "system": system.name}
+        del row["repeat"]
+        if cell.cards > offered:
+            rows.append(row | {"held_out_for": f"beyond the system's {offered} cards"})
+            continue
+        point = finetune_point(config, cell, data_file="")
+        model_config = load_config(model_source(config, cell.model))
+        metrics, over = fit_check(model_config, point, system, system.device)
+        gb = {
+            "card_gb": metrics["predicted"]["total"] / 1e9,
+            "card_offer_gb": metrics["memory_per_card_gb"],
+        }
+        gb |= {
+            "host_gb": metrics["predicted_host"]["total"] / 1e9,
+            "host_offer_gb": metrics["host_memory_gb"],
+        }
+        rows.append(row | gb | {"held_out_for": over})
+    return rows
+
+
+def plan_study(configfile: Path, system: list[str], every_point: bool) -> None:
+    """`accelstudy plan`: per system (default: every config/systems file), the fine-tuning
+    points a study's sweep would hold out for card or host memory, the rest counted."""
+    import pandas as pd
+    import yaml
+
+    from accelstudy.config import validate_config
+
+    config = validate_config(yaml.safe_load(Path(configfile).read_text()) or {})
+    for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
+        rows = pd.DataFrame(plan_sweep(config, load_system(name)))
+        held = rows[rows["held_out_for"] != ""]
+        shown = rows if every_point else held
+        print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
+        if not shown.empty:
+            print(shown.drop(columns="system").to_string(index=False, float_format="%.1f"))
+        if "host_offer_gb" in rows and rows["host_offer_gb"].isna().all():
+            print(f"  host RAM unplanned: config/systems/{name}.yaml states no host_memory_gb")

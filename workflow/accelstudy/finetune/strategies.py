@@ -23,9 +23,10 @@ BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "
 QUIET = dict(save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True)
 # The authors' FSDP in FSDP2 terms (decoder-layer auto wrap, FULL_SHARD, no offload; FSDP2 always
 # has their use_orig_params and BACKWARD_PRE). FSDP1 fails on one process with tied embeddings
-# (SmolLM2) when it falls back to NO_SHARD.
+# (SmolLM2) when it falls back to NO_SHARD. RAM-efficient loading: rank 0 alone loads the
+# weights (train.load_model builds the others on the meta device) and accelerate broadcasts them.
 FSDP2 = dict(version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", reshard_after_forward=True)
-FSDP2 |= dict(cpu_offload=False)
+FSDP2 |= dict(cpu_offload=False, cpu_ram_efficient_loading=True)
 # The authors' fsdp_config.json (optimum-habana's language-modeling example), whose keys
 # GaudiTrainingArguments reads without the file's `fsdp_` prefix (FULL_SHARD, auto wrap and no
 # offload come from `fsdp` itself)

@@ -90,11 +90,21 @@ def decoder_layer_classes(model_dir: Path) -> list[str]:
     return sorted({c.__name__ for c in classes if wanted & {base.__name__ for base in c.mro()}})
 
 
+def loads_weights(point: FinetunePoint, device_kind: str) -> bool:
+    """Whether this rank reads the weights: all do, except under torch's FSDP, where rank 0
+    alone loads and accelerate broadcasts them (strategies.FSDP2's RAM-efficient loading)."""
+    return point.strategy != "fsdp" or device_kind == "hpu" or os.environ.get("RANK", "0") == "0"
+
+
 def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
     """The prepared model in the point's dtype and attention (on Gaudi: strategies.trainer's
-    flags), with LoRA adapters in its dtype, as the authors' `lora_model.to(bfloat16)`."""
+    flags), with LoRA adapters in its dtype, as the authors' `lora_model.to(bfloat16)`. A rank
+    that does not load (`loads_weights`) gets uninitialised parameters, whose pages stay
+    untouched until rank 0's broadcast (distinct storage: accelerate maps the optimizer's
+    parameters by address), and real buffers (RoPE's tables, which no broadcast carries)."""
+    from accelerate import init_empty_weights
     from peft import LoraConfig, TaskType, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from accelstudy.device import DTYPES
     from accelstudy.models import DTYPE_KWARG
@@ -104,12 +114,23 @@ def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
     kwargs: dict[str, Any] = {DTYPE_KWARG: DTYPES[point.dtype]}
     if device_kind != "hpu":
         kwargs["attn_implementation"] = strategies.ATTENTION[point.attention]
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), use_safetensors=True, **kwargs)
+    if loads_weights(point, device_kind):
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), use_safetensors=True, **kwargs)
+    else:
+        with init_empty_weights(include_buffers=False):
+            config = AutoConfig.from_pretrained(str(model_dir))
+            model = AutoModelForCausalLM.from_config(config, **kwargs)
+        buffers = [(module, dict(module._buffers)) for module in model.modules()]
+        model.to_empty(device="cpu")
+        for module, kept in buffers:
+            module._buffers.update(kept)
+        model.tie_weights()
     model.config.use_cache = False
     if point.method == "lora":
         lora, causal = point.lora, TaskType.CAUSAL_LM
         shape = dict(r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.targets))
         config = LoraConfig(**shape, lora_dropout=lora.dropout, bias="none", task_type=causal)
+        torch.manual_seed(point.seed)  # LoRA's A: the same start whichever way the model loaded
         model = get_peft_model(model, config, autocast_adapter_dtype=False)
     return model, tokenizer
 
@@ -139,7 +160,7 @@ def last_checkpoint(directory: Path) -> Path | None:
 
 def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measured:
     """Train one point on this rank; return this rank's measurements."""
-    from accelstudy.device import resolve
+    from accelstudy.device import host_peak_rss, resolve
 
     device = resolve(point.device or "auto")
     # the launcher's OMP_NUM_THREADS wins (torchrun sets 1 where none is given)
@@ -154,6 +175,7 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measure
         layers = decoder_layer_classes(model_dir)
         args = strategies.training_arguments(point, kept or Path(scratch), device.kind, layers)
         model, tokenizer = load_model(model_dir, point, device.kind)  # after the args: zero.Init
+        loaded = psutil.Process().memory_info().rss - baseline
         meter = Meter(point.throughput_warmup_steps)
         data = train_dataset(point, tokenizer, args.world_size)
         kwargs = dict(args=args, data_collator=default_data_collator, callbacks=[meter])
@@ -162,6 +184,7 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measure
         steps = trainer.train(resume_from_checkpoint=str(resume) if resume else None).global_step
     peak = device.peak_memory_bytes() - (baseline if device.kind == "cpu" else 0)
     measured = {"device": device.kind, "world_size": args.world_size, "peak_memory_bytes": peak}
+    measured |= {"host_peak_rss": host_peak_rss(), "load_rss_growth": loaded}
     return {**measured, **meter.measured(steps, point, args.world_size)}
 
 
@@ -178,6 +201,8 @@ def summarise(point: FinetunePoint, measured: list[ranks.Measured]) -> dict[str,
     if first["device"] == "hpu":
         metrics["gaudi_mode"] = strategies.gaudi_mode(point)
     metrics["model_state_bytes"] = [m["model_state_bytes"] for m in measured]
+    for key in ("host_peak_rss", "load_rss_growth"):  # the ranks in order, node by node
+        metrics[f"{key}_per_rank"] = [m[key] for m in measured]
     result = dict(point=point.as_dict(), world_size=first["world_size"], device=first["device"])
     return {**result, "metrics": metrics, "notes": {"warmup_ratio": WARMUP_NOTE}}
 
