@@ -28,22 +28,27 @@ def tiny_dir(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("processes", [1, 2])
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero3"])
-def test_model_state_bytes_within_5_percent(strategy, processes, tiny_dir, tmp_path):
-    """Per rank: parameters + gradients + optimizer states, predicted vs counted."""
-    point = make_point(strategy, cards=processes, max_steps=1, throughput_warmup_steps=0)
+def test_model_state_bytes_within_5_percent(strategy, tiny_dir, tmp_path):
+    """Per rank: parameters + gradients + optimizer states, predicted vs counted, on one
+    process (two: test_finetune_train's sharding test, on the same run)."""
+    point = make_point(strategy, cards=1, max_steps=1, throughput_warmup_steps=0)
     out = tmp_path / "result.json"
-    finished = run_worker(point, tiny_dir, out, processes=processes)
+    finished = run_worker(point, tiny_dir, out, processes=1)
     assert finished.returncode == 0, finished.stderr[-3000:]
-    predicted = plan(load_config(tiny_dir), point, "cpu").model_states
-    for held in json.loads(out.read_text())["metrics"]["model_state_bytes"]:
+    assert_states_as_planned(tiny_dir, point, json.loads(out.read_text())["metrics"])
+
+
+def assert_states_as_planned(model_dir, point, metrics) -> None:
+    predicted = plan(load_config(model_dir), point, "cpu").model_states
+    for held in metrics["model_state_bytes"]:
         assert predicted == pytest.approx(sum(held[k] for k in STATE_KEYS), rel=0.05)
 
 
 @pytest.fixture(scope="module")
 def smollm2_shaped(tmp_path_factory):
-    """SmolLM2-135M's shapes with random weights: activations dominate, as in real runs."""
+    """SmolLM2-135M's layer shapes (12 of its 30 layers) with random weights: activations
+    dominate, as in real runs."""
     import torch
     from accelstudy.models import save_prepared, train_tiny_tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -52,7 +57,7 @@ def smollm2_shaped(tmp_path_factory):
         vocab_size=49152,
         hidden_size=576,
         intermediate_size=1536,
-        num_hidden_layers=30,
+        num_hidden_layers=12,  # of 30: the same per-layer shapes, less compute
         num_attention_heads=9,
         num_key_value_heads=3,
         max_position_embeddings=2048,
@@ -72,7 +77,7 @@ def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped
     the steady peak the planner predicts (more micro-batches only cost time). The node's host
     plan against the ranks' own peak RSS (VmHWM) summed; FSDP's rank 1 loads no weights."""
     point = make_point(strategy, cards=processes, max_steps=2, throughput_warmup_steps=0)
-    point = point.replace(max_seq_length=512, grad_accum=1, lora=Lora())
+    point = point.replace(max_seq_length=256, grad_accum=1, lora=Lora())
     point = point.replace(zero3_persistence_threshold=None)
     out = tmp_path / "result.json"
     finished = run_worker(point, smollm2_shaped, out, processes=processes)
@@ -83,9 +88,9 @@ def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped
         assert predicted == pytest.approx(peak, rel=0.25)
     host = plan_host(load_config(smollm2_shaped), point, "cpu", ranks_per_node=processes)
     assert host.total == pytest.approx(sum(metrics["host_peak_rss_per_rank"]), rel=0.25)
-    if strategy == "fsdp":  # rank 0 read 270 MB of bf16 weights; rank 1 built empty tensors
+    if strategy == "fsdp":  # rank 0 read 142 MB of bf16 weights; rank 1 built empty tensors
         first, second = metrics["load_rss_growth_per_rank"]
-        assert first > 250e6 and second < 0.2 * first
+        assert first > 100e6 and second < 0.2 * first
 
 
 def fits(model: str, strategy: str, cards: int, gb: float) -> bool:

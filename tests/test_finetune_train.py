@@ -70,6 +70,9 @@ def full_numel(model_dir):
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero3"])
 def test_two_processes_shard_as_the_strategy_says(strategy, model_dir, full_numel, tmp_path):
+    """The bytes each rank holds: the share the strategy says, and the planner's prediction."""
+    from tests.test_finetune_plan import assert_states_as_planned
+
     out = tmp_path / "result.json"
     finished = run_worker(make_point(strategy), model_dir, out)
     assert finished.returncode == 0, finished.stderr[-3000:]
@@ -97,6 +100,7 @@ def test_two_processes_shard_as_the_strategy_says(strategy, model_dir, full_nume
         for held in ranks:
             assert held["master_fp32"] == pytest.approx(master, rel=0.02)
             assert held["optimizer_states"] == pytest.approx(2 * master, rel=0.02)
+    assert_states_as_planned(model_dir, make_point(strategy), metrics)
 
 
 def test_out_of_memory_is_a_does_not_fit_result(model_dir, tmp_path):

@@ -239,8 +239,8 @@ def model_source(config: Mapping[str, Any], model: str) -> Path:
         if (weights_dir(path) / "config.json").is_file():
             return path
     raise ConfigError(
-        f"model '{model}': no config.json in resources/models/{model} or in its prepared "
-        "folder; run the study's prepare_model job first (snakemake prepare_model)"
+        f"model '{model}': no config.json in resources/models/{model} or {prepared}; "
+        f"prepare the model first (snakemake --configfile <study> {prepared})"
     )
 
 
