@@ -35,8 +35,10 @@ ZERO3_PERSISTENCE = 100_000  # DeepSpeed's default stage3_param_persistence_thre
 HOST_PROCESS = {"cpu": 0.6e9, "cuda": 3.0e9, "hpu": 4.0e9}
 # what a zero.Init rank reads at once: one checkpoint file (save_pretrained's default shard)
 CHECKPOINT_SHARD = 5e9
-_META_MODELS: dict[str, torch.nn.Module] = {}
 TOKEN_COLUMNS = 3  # a training block: input_ids, labels, attention_mask (int64 each)
+
+
+_META_MODELS: dict[str, torch.nn.Module] = {}  # meta_model's, by config
 
 
 @dataclass(frozen=True)
@@ -175,13 +177,12 @@ def plan_host(
 ) -> HostPlan:
     """Host bytes of rank 0's node. Loaded weights, in the run's dtype: DDP, every rank all of
     them; ZeRO-3 (zero.Init), its partition plus the checkpoint file being read; FSDP, rank 0
-    alone (accelerate's RAM-efficient loading; the others start on the meta device), except on
-    Gaudi, where every rank loads, as the authors' FSDP did."""
-    card = plan(config, point, device)
+    alone (accelerate's RAM-efficient loading; the others start from untouched empty tensors),
+    except on Gaudi, where every rank loads, as the authors' FSDP did."""
     weights = sum(p.numel() for p in meta_model(config).parameters()) * BYTES[point.dtype]
     blocks = point.max_steps * point.samples_per_step * point.cards
     data = blocks * point.max_seq_length * TOKEN_COLUMNS * 8
-    resident = card.total if device == "cpu" else 0
+    resident = plan(config, point, device).total if device == "cpu" else 0
     per_rank = []
     for rank in range(ranks_per_node):
         loads = {
@@ -257,15 +258,10 @@ def plan_sweep(config: Mapping[str, Any], system: System) -> list[dict[str, Any]
         point = finetune_point(config, cell, data_file="")
         model_config = load_config(model_source(config, cell.model))
         metrics, over = fit_check(model_config, point, system, system.device)
-        gb = {
-            "card_gb": metrics["predicted"]["total"] / 1e9,
-            "card_offer_gb": metrics["memory_per_card_gb"],
-        }
-        gb |= {
-            "host_gb": metrics["predicted_host"]["total"] / 1e9,
-            "host_offer_gb": metrics["host_memory_gb"],
-        }
-        rows.append(row | gb | {"held_out_for": over})
+        card, host = metrics["predicted"]["total"], metrics["predicted_host"]["total"]
+        row |= {"card_gb": card / 1e9, "card_offer_gb": metrics["memory_per_card_gb"]}
+        row |= {"host_gb": host / 1e9, "host_offer_gb": metrics["host_memory_gb"]}
+        rows.append(row | {"held_out_for": over})
     return rows
 
 
