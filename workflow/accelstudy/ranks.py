@@ -3,12 +3,14 @@ of memory is a result (`does-not-fit`, exit 0): the sweep goes on and the report
 hole. Any other error writes nothing, so the scheduler's retry starts the point afresh."""
 
 import contextlib
+import logging
 import os
 import socket
+import sys
 import traceback
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -89,3 +91,14 @@ def run(
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0
+
+
+def exit_now(code: int) -> NoReturn:
+    """A rank's last act, its result written: leave without the interpreter's finalization,
+    where gloo's worker threads can still abort the process ("terminate called without an
+    active exception", SIGABRT; seen once in a default study on 2026-11-30), failing a job
+    whose work is done (pytorch/pytorch#179291 describes the race)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    logging.shutdown()
+    os._exit(code)
