@@ -6,7 +6,6 @@ hellaswag, boolq and wikitext task definitions pointed at the same local data.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import lm_eval
@@ -16,37 +15,9 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
 from tests.conftest import EVAL_SETTINGS
+from tests.harness_tasks import task_yaml
 
-TASKS_DIR = Path(lm_eval.__file__).parent / "tasks"
 N_ITEMS = 24
-
-
-def _task_yaml(tmp: Path, task: str, rows: list[dict]) -> str:
-    data = tmp / f"{task}.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    name = f"accelstudy_{task}"
-    base = {
-        "hellaswag": TASKS_DIR / "hellaswag" / "hellaswag.yaml",
-        "boolq": TASKS_DIR / "super_glue" / "boolq" / "default.yaml",
-        "wikitext": TASKS_DIR / "wikitext" / "wikitext.yaml",
-    }[task]
-    lines = [
-        f"include: {base}",
-        f"task: {name}",
-        "tag: []",
-        "dataset_path: json",
-        "dataset_name: null",
-        "dataset_kwargs:",
-        "  data_files:",
-        f"    validation: {data}",
-        "training_split: null",
-        "validation_split: validation",
-        "test_split: null",
-    ]
-    if task == "boolq":  # google/boolq's schema has a boolean `answer`, not super_glue's `label`
-        lines.append('doc_to_target: "{{ answer | int }}"')
-    (tmp / f"{name}.yaml").write_text("\n".join(lines) + "\n")
-    return name
 
 
 def _harness(model, tokenizer, name: str, tasks_dir: Path, batch_size: int) -> dict:
@@ -73,7 +44,7 @@ def _harness(model, tokenizer, name: str, tasks_dir: Path, batch_size: int) -> d
 def test_lm_eval_protocol_matches_the_harness(task, fixture, request, cpu, standin, tmp_path):
     model, tokenizer = request.getfixturevalue(fixture)
     rows = standin[task][:N_ITEMS]
-    name = _task_yaml(tmp_path, task, rows)
+    name = task_yaml(tmp_path, task, rows)
     out = _harness(model, tokenizer, name, tmp_path, batch_size=4)
     harness = out["results"][name]
     ours, items = evaluate_task(model, tokenizer, task, "lm-eval", rows, EVAL_SETTINGS, cpu)
@@ -128,7 +99,7 @@ def test_lm_eval_wikitext_matches_the_harness(fixture, request, cpu, standin, tm
     raw = _raw_wikitext(standin)
     pages = _builder_pages(raw)
     assert len(pages) == 3 and "= = Section = =" in pages[0] and "@-@" in pages[0]
-    name = _task_yaml(tmp_path, "wikitext", [{"page": p} for p in pages])
+    name = task_yaml(tmp_path, "wikitext", [{"page": p} for p in pages])
     harness = _harness(model, tokenizer, name, tmp_path, batch_size=1)["results"][name]
     # HF's `wikitext` builder: each raw line with its newline, whitespace-only lines as ""
     rows = [{"text": line if line.strip() else ""} for line in raw.splitlines(keepends=True)]

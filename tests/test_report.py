@@ -9,10 +9,18 @@ import numpy as np
 import pandas as pd
 import pytest
 from accelstudy.records import provenance, write_record
-from accelstudy.report import build_report, diffusion, finetune, load_published
-from accelstudy.report.collect import collect_records, collect_sensitivity, flatten
+from accelstudy.report import build_report, diffusion, finetune
 from accelstudy.report.figures import fig1
-from accelstudy.report.tables import bit_order, published_table1, table1, tradeoff_points
+from accelstudy.report.tables import (
+    bit_order,
+    collect_records,
+    collect_sensitivity,
+    flatten,
+    load_published,
+    published_table1,
+    table1,
+    tradeoff_points,
+)
 
 BITS = {"[8,4,4]": (8, 4, 4), "[16,8,4]": (16, 8, 4), "[8,8,4]": (8, 8, 4)}  # not in order
 SCORES = [0.9, 0.1, 0.5, -0.2]  # layer 0 most sensitive, layer 3 least

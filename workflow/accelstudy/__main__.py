@@ -1,7 +1,5 @@
 """python -m accelstudy"""
 
-import sys
-
 from accelstudy.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

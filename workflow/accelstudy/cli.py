@@ -28,8 +28,7 @@ def _optional_int(text: str) -> int | None:
 def _check_config(configfile: Path) -> None:
     from accelstudy.study import load_study
 
-    config = load_study(configfile)
-    print(f"{configfile}: ok (study '{config['study']}')")
+    print(f"{configfile}: ok (study '{load_study(configfile)['study']}')")
 
 
 def _where_report(configfile: Path) -> None:
@@ -79,77 +78,56 @@ SHARED: dict[str, dict[str, Any]] = {
     "device": {"default": "auto", "choices": DEVICES},
 }  # fmt: skip
 Option = str | tuple[str, dict[str, Any]]
-# subcommand -> (help, what runs it: a "module:function" taking the options, or a function here,
-# its options in --help order)
+# subcommand -> (help, what runs it: a function here or an accelstudy "module:function" taking the
+# options, its options in --help order)
 COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "check-config": ("validate a study config file", _check_config, ["configfile"]),
     "where-report": ("print where a study's report is", _where_report, ["configfile"]),
     "unlock-if-stale": ("remove the lock a killed Snakemake run left here", _unlock_if_stale, []),
-    "prepare-model": (
-        "find or convert a model; write its manifest", "accelstudy.snapshots:prepare_model",
-        [("spec", {"help": "the models.<name> config entry"}), "seed", "out"],
-    ),
-    "prepare-data": (
-        "load one split of a task; cache as JSON Lines", "accelstudy.data.sources:prepare_data",
+    "prepare-model": ("find or convert a model; write its manifest", "snapshots:prepare_model",
+        [("spec", {"help": "the models.<name> config entry"}), "seed", "out"]),
+    "prepare-data": ("load one split of a task; cache as JSON Lines", "data.sources:prepare_data",
         [("task", {"choices": TASK_NAMES}), ("spec", {"help": "the tasks.<name> config entry"}),
-         ("split", {"required": True, "choices": SPLITS}), "out"],
-    ),
-    "baseline": (
-        "evaluate the unquantized model on one task", "accelstudy.evaluate.baseline:baseline",
+         ("split", {"required": True, "choices": SPLITS}), "out"]),
+    "baseline": ("evaluate the unquantized model on one task", "evaluate.baseline:baseline",
         ["study", "system", "model-name", "task", "data-source",
          ("protocol", {"required": True, "choices": ["paper", "lm-eval"]}), "model-dir", "data",
-         ("settings", {"help": "the evaluation config block"}), "limit", "device", "out"],
-    ),
-    "report": (
-        "collect records into tables, figures and the report", _report,
+         ("settings", {"help": "the evaluation config block"}), "limit", "device", "out"]),
+    "report": ("collect records into tables, figures and the report", _report,
         ["study", ("records", {"type": Path, "nargs": "+", "required": True}),
          ("sensitivity", {"type": Path, "nargs": "*", "default": [], "help": "gathered tables"}),
          ("assignments", {"type": Path, "nargs": "*", "default": [], "help": "bit assignments"}),
          ("calibration", {"type": _json, "default": {}, "help": "ptq.calibration_limit"}),
          ("bit-lists", {"type": _json, "default": [], "help": "ptq.bit_lists"}),
-         ("results-dir", {"type": Path, "required": True, "help": "results/{study}"})],
-    ),
-    "sensitivity": (
-        "pruning sensitivity of one chunk of targets",
-        "accelstudy.ptq.sensitivity:sensitivity_chunk",
+         ("results-dir", {"type": Path, "required": True, "help": "results/{study}"})]),
+    "sensitivity": ("pruning sensitivity of one chunk of targets",
+        "ptq.sensitivity:sensitivity_chunk",
         ["model-dir", "task", ("data", {"help": "the calibration split"}), "limit", "settings",
          "granularity", ("family", {"default": "mlp"}),
          ("sparsity", {"type": float, "required": True}),
          ("chunks", {"type": int, "required": True}), ("chunk", {"type": int, "required": True}),
-         ("prefix-reuse", {"type": _json, "default": True}), ("device", {"choices": None}), "out"],
-    ),
-    "gather-sensitivity": (
-        "chunks -> one sensitivity table", "accelstudy.ptq.sensitivity:gather_sensitivity",
-        [("chunks", {"type": Path, "nargs": "+", "required": True}), "out"],
-    ),
-    "cluster": (
-        "sensitivity table -> layer-to-bits map", "accelstudy.ptq.clustering:cluster",
+         ("prefix-reuse", {"type": _json, "default": True}), ("device", {"choices": None}), "out"]),
+    "gather-sensitivity": ("chunks -> one sensitivity table", "ptq.sensitivity:gather_sensitivity",
+        [("chunks", {"type": Path, "nargs": "+", "required": True}), "out"]),
+    "cluster": ("sensitivity table -> layer-to-bits map", "ptq.clustering:cluster",
         ["table", "bits", ("method", {"default": "percentile"}), ("remainder", {"default": "last"}),
-         "model-dir", "out"],
-    ),
-    "quantize": (
-        "quantize per an assignment and evaluate", "accelstudy.ptq.quantize:quantize",
+         "model-dir", "out"]),
+    "quantize": ("quantize per an assignment and evaluate", "ptq.quantize:quantize",
         ["study", "system", "model-name", "task", "data-source", "recipe", "model-dir", "data",
          "settings", "limit", "assignment", ("group-size", {"type": int, "default": 128}),
          ("symmetric", {"type": _json, "default": True}),
          ("calibration", {"type": Path, "help": "calibration split (FP8 MEASURE pass)"}),
          ("fp8-format", {"default": "e4m3", "choices": ["e4m3", "e5m2"]}),
          ("fp8-without-hpu", {"default": "standin", "choices": ["standin", "error"]}),
-         ("device", {"choices": None}), "out"],
-    ),
-    "prepare-instructions": (
-        "instruction data for fine-tuning, cached",
-        "accelstudy.data.instructions:prepare_instructions",
-        [("spec", {"help": "the finetune.data config entry"}), "out"],
-    ),
-    "finetune": (
-        "plan, launch and record one fine-tuning point", "accelstudy.finetune.job:run",
+         ("device", {"choices": None}), "out"]),
+    "prepare-instructions": ("instruction data for fine-tuning, cached",
+        "data.instructions:prepare_instructions",
+        [("spec", {"help": "the finetune.data config entry"}), "out"]),
+    "finetune": ("plan, launch and record one fine-tuning point", "finetune.job:run",
         ["study", "system", "model-name", "data-source", "model-dir",
          ("point", {"type": FinetunePoint.from_json, "help": "the point (finetune keys)"}),
-         "threads", "device", "out"],
-    ),
-    "plan-memory": (
-        "predict a point's per-card peak memory", _plan_memory,
+         "threads", "device", "out"]),
+    "plan-memory": ("predict a point's per-card peak memory", _plan_memory,
         [("model", {"required": True, "help": "a model directory or resources/models name"}),
          ("strategy", {"required": True, "choices": ["ddp", "zero3", "fsdp"]}),
          ("cards", {"type": int, "default": 1}),
@@ -158,33 +136,24 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("batch", {"type": int, "default": 2}), ("seq-len", {"type": int, "default": 512}),
          ("attention", {"default": "fused", "choices": ["fused", "eager"]}),
          ("device", {"default": "cuda", "choices": DEVICES[1:]}),
-         ("memory-per-card-gb", {"type": float, "help": "say whether it fits"})],
-    ),
-    "plan": (
-        "list the fine-tuning points each system holds out for card or host memory",
-        "accelstudy.finetune.planner:plan_study",
+         ("memory-per-card-gb", {"type": float, "help": "say whether it fits"})]),
+    "plan": ("list the fine-tuning points each system holds out for card or host memory",
+        "finetune.planner:plan_study",
         ["configfile", ("system", {"nargs": "*", "default": [], "required": False,
                                    "help": "config/systems names (default: all)"}),
-         ("every-point", {"action": "store_true", "help": "list the points that fit too"})],
-    ),
-    "prepare-dust": (
-        "dust images from PySM3, paired high/low-res", "accelstudy.data.dust:prepare_dust",
+         ("every-point", {"action": "store_true", "help": "list the points that fit too"})]),
+    "prepare-dust": ("dust images from PySM3, paired high/low-res", "data.dust:prepare_dust",
         [("spec", {"help": "the diffusion.data config entry"}), "seed",
-         ("out", {"help": "the pairs (npz)"}), ("card", {"help": "the data card (JSON)"})],
-    ),
-    "diffusion": (
-        "launch and record one SR3 strong-scaling point", "accelstudy.diffusion.job:run",
+         ("out", {"help": "the pairs (npz)"}), ("card", {"help": "the data card (JSON)"})]),
+    "diffusion": ("launch and record one SR3 strong-scaling point", "diffusion.job:run",
         ["study", "system",
          ("point", {"type": DiffusionPoint.from_json, "help": "the point (diffusion keys)"}),
-         "data", "card", "out", "samples", "threads", "device"],
-    ),
-    "compare": (
-        "one report across systems from several runs' results", "accelstudy.report.compare:compare",
+         "data", "card", "out", "samples", "threads", "device"]),
+    "compare": ("one report across systems from several runs' results", "report.compare:compare",
         [("runs", {"positional": True, "type": Path, "nargs": "+",
                    "help": "results/<study> folders, one per run"}),
          ("out", {"help": "the comparative report's folder"}),
-         ("reference", {"help": "the system ratios are taken against (default: the first)"})],
-    ),
+         ("reference", {"help": "the system ratios are taken against (default: the first)"})]),
 }  # fmt: skip
 
 
@@ -202,32 +171,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> None:
-    """Call the subcommand's function with its options as keywords (--device as device_kind);
-    import it only now, so that a subcommand loads only what it uses."""
+def main(argv: list[str] | None = None) -> int:
+    """Call the subcommand's function (imported only now: a subcommand loads only what it uses)
+    with its options as keywords, --device as device_kind."""
+    args = build_parser().parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     options = {k: v for k, v in vars(args).items() if k not in ("command", "verbose")}
     if "device" in options:
         options["device_kind"] = options.pop("device")
     target = COMMANDS[args.command][1]
-    if isinstance(target, str):
-        module, _, name = target.partition(":")
-        target = getattr(importlib.import_module(module), name)
-    target(**options)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
     try:
-        run(args)
+        if isinstance(target, str):
+            module, _, name = target.partition(":")
+            target = getattr(importlib.import_module(f"accelstudy.{module}"), name)
+        target(**options)
     except StudyError as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,7 @@
-"""Load and check a study configuration before any job runs.
+"""Check a study configuration before any job runs: every failure is one line naming the key at
+fault and what is expected, so a user can fix the YAML without reading a traceback."""
 
-Every failure is one line naming the key at fault and what is expected, so a user can fix the
-YAML without reading a traceback."""
-
+import contextlib
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
@@ -18,6 +17,7 @@ from accelstudy.tasks import TASK_NAMES, TASKS
 
 MODEL_SOURCE_KEYS = {"hf": "id", "local": "path", "gguf": "gguf_file"}
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+NAME_CHARACTERS = "names may use letters, digits, '_', '.', '-'"
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -36,39 +36,28 @@ def _with_defaults(validator_class: type) -> type:
 
 def _explain(error: jsonschema.ValidationError) -> str:
     key = ".".join(str(p) for p in error.absolute_path) or "<top level>"
-    if error.validator == "additionalProperties":
+    kind, value, why = error.validator, error.instance, error.message
+    if kind == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        return f"config key '{key}': unknown key(s) {extra}; allowed keys are {allowed}"
-    if error.validator == "propertyNames":
-        return f"config key '{key}': {error.message}; {_allowed_names(error)}"
-    if error.validator == "enum":
-        return f"config key '{key}': {error.instance!r} is not one of {error.validator_value}"
-    if error.validator == "type":
-        return (
-            f"config key '{key}': expected {error.validator_value}, "
-            f"got {type(error.instance).__name__} {error.instance!r}"
-        )
-    if error.validator == "oneOf" and "description" in error.schema:
-        expected = error.schema["description"]
-        return f"config key '{key}': {error.instance!r} is not valid; expected {expected}"
-    return f"config key '{key}': {error.message}"
-
-
-def _allowed_names(error: jsonschema.ValidationError) -> str:
-    names = error.schema.get("propertyNames", {})
-    if "enum" in names:
-        return f"expected one of {names['enum']}"
-    return "names may use letters, digits, '_', '.', '-'"
+        why = f"unknown key(s) {sorted(set(value) - set(allowed))}; allowed keys are {allowed}"
+    elif kind == "propertyNames":
+        names = error.schema.get("propertyNames", {})
+        why += "; " + (f"expected one of {names['enum']}" if "enum" in names else NAME_CHARACTERS)
+    elif kind == "enum":
+        why = f"{value!r} is not one of {error.validator_value}"
+    elif kind == "type":
+        why = f"expected {error.validator_value}, got {type(value).__name__} {value!r}"
+    elif kind == "oneOf" and "description" in error.schema:
+        why = f"{value!r} is not valid; expected {error.schema['description']}"
+    return f"config key '{key}': {why}"
 
 
 def schema() -> dict[str, Any]:
     """The config schema, its task names from the task registry."""
     loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
     ptq = loaded["properties"]["ptq"]["properties"]
-    loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = {
-        "enum": list(TASK_NAMES)
-    }
+    names = {"enum": list(TASK_NAMES)}
+    loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = names
     ptq["calibration_limit"]["properties"] = {
         name: {"type": ["integer", "null"], "minimum": 1, "default": spec.calibration_limit}
         for name, spec in TASKS.items()
@@ -85,31 +74,24 @@ def _coerce(value: Any, node: dict[str, Any], defs: dict[str, Any]) -> Any:
         node = defs[node["$ref"].rsplit("/", 1)[1]]
     if isinstance(value, dict):
         props, rest = node.get("properties", {}), node.get("additionalProperties")
-        return {
-            k: _coerce(v, props.get(k, rest if isinstance(rest, dict) else {}), defs)
-            for k, v in value.items()
-        }
+        rest = rest if isinstance(rest, dict) else {}
+        return {k: _coerce(v, props.get(k, rest), defs) for k, v in value.items()}
     if isinstance(value, list):
-        items = node.get("items", {})
-        return [_coerce(v, items, defs) for v in value]
+        return [_coerce(v, node.get("items", {}), defs) for v in value]
     if not isinstance(value, str):
         return value
     types = node.get("type", [])
-    types = [types] if isinstance(types, str) else types
     readings = {"null": {"null": None}, "boolean": {"true": True, "false": False}}
-    for kind in types:
+    for kind in [types] if isinstance(types, str) else types:
         if value in readings.get(kind, {}):
             return readings[kind][value]
-        try:
-            return {"integer": int, "number": float}[kind](value) if kind != "string" else value
-        except (KeyError, ValueError):
-            continue
+        with contextlib.suppress(KeyError, ValueError):
+            return {"integer": int, "number": float, "string": str}[kind](value)
     return value
 
 
 def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
-    """Validate `config` in place (filling defaults) and return it, or raise ConfigError.
-    The parts' checks against a system come on top: accelstudy.study.validate_study."""
+    """Validate `config` in place, filling defaults, or raise ConfigError (then: validate_study)."""
     schema_ = schema()
     config.update(_coerce(config, schema_, schema_.get("$defs", {})))
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema_)
@@ -130,16 +112,14 @@ def _check_ptq(config: dict[str, Any]) -> None:
     if not ptq["enabled"]:
         return
     for task in ptq["tasks"]:
-        require(
-            task in config["tasks"], "ptq.tasks", f"task '{task}' is not configured under 'tasks'"
-        )
+        unknown = f"task '{task}' is not configured under 'tasks'"
+        require(task in config["tasks"], "ptq.tasks", unknown)
     for i, bits in enumerate(ptq["bit_lists"]):
         median = f"the median split needs exactly two precisions (e.g. [16, 8]), got {bits}"
         require(ptq["clustering"] != "median" or len(bits) == 2, f"ptq.bit_lists.{i}", median)
         for model_name, model in config["models"].items():
-            layers = (
-                model.get("tiny", {}).get("layers") if model["source"] == "tiny-random" else None
-            )
+            tiny = model.get("tiny", {}) if model["source"] == "tiny-random" else {}
+            layers = tiny.get("layers")
             fewer = f"{len(bits)} clusters but model '{model_name}' has only {layers} layers"
             require(layers is None or len(bits) <= layers, f"ptq.bit_lists.{i}", fewer)
 
@@ -158,14 +138,8 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
         require((base / gguf).is_file(), f"{key}.gguf_file", problem)
     if source == "tiny-random":
         tiny = model["tiny"]
-        require(
-            not tiny["hidden"] % tiny["heads"], f"{key}.tiny.hidden", "must be divisible by heads"
-        )
-        require(
-            not tiny["heads"] % tiny["kv_heads"],
-            f"{key}.tiny.heads",
-            "must be divisible by kv_heads",
-        )
+        for size, by in [("hidden", "heads"), ("heads", "kv_heads")]:
+            require(not tiny[size] % tiny[by], f"{key}.tiny.{size}", f"must be divisible by {by}")
 
 
 def _check_task(name: str, task: dict[str, Any], base: Path) -> None:

@@ -1,5 +1,4 @@
-"""cuda | hpu | cpu: the one place that knows how accelerators differ, so science code asks
-for a device, dtype, synchronise or peak-memory reading and never branches on hardware."""
+"""cuda | hpu | cpu: the one place that knows how accelerators differ."""
 
 import importlib.util
 import os
@@ -25,8 +24,7 @@ def hpu_available() -> bool:
 
 
 def host_peak_rss() -> int:
-    """This process's own peak RSS on the host (Linux VmHWM; ru_maxrss elsewhere, which on
-    Linux would carry a forking parent's peak across exec)."""
+    """VmHWM: Linux's ru_maxrss carries a forking parent's peak across exec."""
     status = Path("/proc/self/status")
     if status.is_file():
         line = next(x for x in status.read_text().splitlines() if x.startswith("VmHWM:"))
@@ -39,6 +37,7 @@ class Device:
     """A torch device plus the operations whose spelling depends on its kind."""
 
     kind: str  # "cuda" | "hpu" | "cpu"
+    label: str = ""  # the name recorded for ranks' cards that this host lacks (the system's)
 
     @property
     def torch(self) -> torch.device:
@@ -72,18 +71,14 @@ class Device:
             htcore.mark_step()
 
     def name(self) -> str:
-        return self._backend.get_device_name() if self._backend else cpu_name()
+        return self.label or (self._backend.get_device_name() if self._backend else cpu_name())
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    names = (x.split(":", 1)[1].strip() for x in lines if x.startswith("model name"))
+    return next(names, "") or platform.processor() or platform.machine()
 
 
 def resolve(kind: str = "auto") -> Device:

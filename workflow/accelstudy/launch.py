@@ -1,6 +1,4 @@
-"""(system, cards, strategy) -> the launcher command that starts N ranks of a worker:
-torchrun on one node, `srun --overlap` + c10d across SLURM nodes, on Gaudi mpirun (as
-gaudi_spawn.py; over a Kubeflow MPIJob's hostfile) or DeepSpeed's launcher for ZeRO-3."""
+"""Start a worker's ranks: torchrun, srun + c10d across nodes, on Gaudi mpirun or deepspeed."""
 
 import json
 import logging
@@ -11,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelstudy.device import Device
 from accelstudy.errors import StudyError
 from accelstudy.records import Job
 from accelstudy.systems import System
@@ -24,42 +23,25 @@ class PointFailed(StudyError):
     """The ranks exited with an error (not for lack of memory): no record, the job fails."""
 
 
-@dataclass(frozen=True)
-class RanksDevice:
-    """The ranks' device for the record, where the launching host has none of it."""
-
-    kind: str
-    label: str
-
-    def name(self) -> str:
-        return self.label
-
-
 def _ask_slurm(*args: str) -> list[str]:
     return subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
-
-
-def job_nodes() -> list[str]:
-    """This SLURM job's nodes, asked of SLURM by job id: the plugin's job step keeps only the
-    job id (and a few others) of the SLURM_* variables, so SLURM_JOB_NODELIST is not there."""
-    shown = _ask_slurm("scontrol", "show", "job", "-o", os.environ["SLURM_JOB_ID"])
-    return _ask_slurm("scontrol", "show", "hostnames", _field(shown, "NodeList"))
 
 
 def _field(shown: list[str], key: str) -> str:
     return next(item.split("=", 1)[1] for item in shown if item.startswith(f"{key}="))
 
 
-def node_address(node: str) -> str:
-    """Where a node is reached (its NodeAddr): the node name itself on most clusters."""
-    return _field(_ask_slurm("scontrol", "show", "node", "-o", node), "NodeAddr")
+def first_node_address() -> str:
+    """The job's first node's NodeAddr, by job id: the plugin's job step lacks its node list."""
+    shown = _ask_slurm("scontrol", "show", "job", "-o", os.environ["SLURM_JOB_ID"])
+    first = _ask_slurm("scontrol", "show", "hostnames", _field(shown, "NodeList"))[0]
+    return _field(_ask_slurm("scontrol", "show", "node", "-o", first), "NodeAddr")
 
 
 def command(
     system: System, cards: int, module: str, args: list[str], strategy: str = "ddp", threads=1
 ) -> list[str]:
-    """The full command that starts `cards` ranks of `python -m module args`; across SLURM
-    nodes, a step of one task per node with the job's `threads` cores and cards on each."""
+    """Across SLURM nodes, a step of one task per node, with `threads` cores and the cards."""
     nodes, per_node = system.layout(cards)
     worker = ["-m", module, *args]
     if system.launcher == "mpirun":
@@ -84,16 +66,14 @@ def command(
     srun = ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1"]
     srun += [f"--cpus-per-task={threads}"]
     srun += [f"--gres=gpu:{per_node}"] if system.card_resource == "gpu" else []
-    endpoint = f"--rdzv-endpoint={node_address(job_nodes()[0])}:{RENDEZVOUS_PORT}"
+    endpoint = f"--rdzv-endpoint={first_node_address()}:{RENDEZVOUS_PORT}"
     job = f"--rdzv-id={os.environ['SLURM_JOB_ID']}"
     return [*srun, *torchrun, f"--nnodes={nodes}", "--rdzv-backend=c10d", endpoint, job, *worker]
 
 
 @dataclass(kw_only=True)
 class PointJob(Job):
-    """A sweep point's job: launch its ranks on its cores, then write its record. Its device
-    becomes the ranks' once they report one (a launcher host without cards, such as a
-    Kubeflow MPIJob's, records the cards its ranks used)."""
+    """A sweep point's job: launch its ranks on its cores, then write its record."""
 
     threads: int
     rank_hosts: list[str] = field(default_factory=list)  # where each rank ran, rank order
@@ -101,9 +81,7 @@ class PointJob(Job):
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
     ) -> dict[str, Any]:
-        """Start `cards` ranks of `python -m module args --out RESULT` and return their result,
-        read from beside the record and removed, the ranks' device taken over; raise if they
-        fail. On Gaudi, `hpu_env` adds what Habana's bridge reads as it loads (its lazy mode)."""
+        """The ranks' result, or PointFailed; `hpu_env`: what Habana's bridge reads as it loads."""
         result = self.out.with_name(f".{self.out.stem}.ranks.json")
         argv = [*args, "--out", str(result)]
         command_line = command(self.system, cards, module, argv, strategy, self.threads)
@@ -121,8 +99,9 @@ class PointJob(Job):
         finally:
             result.unlink(missing_ok=True)
         self.rank_hosts = outcome.get("rank_hosts", [])
+        # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
-            self.device = RanksDevice(outcome["device"], self.system.label)
+            self.device = Device(outcome["device"], self.system.label)
         return outcome
 
     def record(self, stage: str, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:

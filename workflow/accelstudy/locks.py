@@ -14,18 +14,15 @@ class LockHeldError(StudyError, RuntimeError):
     """Snakemake's lock belongs to a Snakemake that is still running."""
 
 
-def _is_snakemake(cmdline: list[str]) -> bool:
-    """`snakemake ...`, `python .../bin/snakemake ...` or `python -m snakemake ...`."""
-    return any(Path(arg).name == "snakemake" for arg in cmdline[:3])
-
-
 def snakemake_pids(directory: Path) -> list[int]:
     """Snakemake processes working in `directory`, or whose directory we may not read."""
     here = directory.resolve()
     pids = []
     for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
         info = proc.info
-        if info["pid"] == os.getpid() or not _is_snakemake(info["cmdline"] or []):
+        # `snakemake ...`, `python .../bin/snakemake ...` or `python -m snakemake ...`
+        snakemake = any(Path(arg).name == "snakemake" for arg in (info["cmdline"] or [])[:3])
+        if info["pid"] == os.getpid() or not snakemake:
             continue
         if info["cwd"] is None or Path(info["cwd"]).resolve() == here:
             pids.append(info["pid"])

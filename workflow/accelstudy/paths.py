@@ -12,13 +12,10 @@ SYSTEMS = PROJECT_ROOT / "config" / "systems"
 
 
 def export_for_jobs(environ: MutableMapping[str, str], interpreter: str = sys.executable) -> None:
-    """What jobs and `--sdm conda` environments need from the process running Snakemake.
-
-    ACCELSTUDY_ROOT: envs/*.yaml install the package from it (conda copies an env file
-    under .snakemake/conda/, so a relative path would point there). PATH: jobs call the
-    `accelstudy` CLI installed beside this Python, so `.venv/bin/snakemake` works without
-    activating the venv (SLURM jobs inherit both through --export=ALL).
-    """
+    """What jobs and `--sdm conda` environments need from the process running Snakemake:
+    ACCELSTUDY_ROOT, which envs/*.yaml install the package from (conda copies an env file under
+    .snakemake/conda/, so a relative path would point there), and PATH, so jobs find the
+    `accelstudy` beside this Python without an activated venv (SLURM jobs inherit both)."""
     environ.setdefault("ACCELSTUDY_ROOT", str(PROJECT_ROOT))
     bin_dir = os.path.dirname(interpreter)
     if os.path.exists(os.path.join(bin_dir, "accelstudy")):

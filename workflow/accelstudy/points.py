@@ -1,7 +1,6 @@
-"""Sweep points as types: a fine-tuning point and a diffusion point, built once from the
-config (the rules pass them to jobs as JSON), serialised once, read by attribute everywhere.
-A point carries only the config values its job depends on, so editing one knob re-runs only
-the points it changes. The defaults are the schema's."""
+"""Sweep points as types, built once from the config (the rules pass them to jobs as JSON):
+each carries only the config values its job depends on, so editing one knob re-runs only the
+points it changes. The defaults are the schema's."""
 
 import dataclasses
 import itertools

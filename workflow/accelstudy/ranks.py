@@ -1,6 +1,5 @@
-"""What every rank of a launched worker does around its work. Rank 0 writes the result; out
-of memory is a result (`does-not-fit`, exit 0): the sweep goes on and the report shows the
-hole. Any other error writes nothing, so the scheduler's retry starts the point afresh."""
+"""Around every rank's work: rank 0 writes the result; out of memory is one (`does-not-fit`);
+any other error writes nothing, so the scheduler's retry starts the point afresh."""
 
 import contextlib
 import logging
@@ -21,12 +20,11 @@ from accelstudy.records import package_versions, read_record
 
 KILL_HOOK = "ACCELSTUDY_TEST_KILL_AFTER_SAVE"  # "N": dies after step N, as if preempted
 Measured = dict[str, Any]  # what one rank's work returns
+Summarise = Callable[[list[Measured]], dict[str, Any]]  # every rank's measurements -> the result
 
 
 def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
-    """torch.distributed's variables for this rank: under mpirun from Open MPI's, as
-    optimum-habana's distributed runner does (torchrun and DeepSpeed set them already);
-    outside a launcher a 1-process group's, so that every run takes the same path."""
+    """torch.distributed's variables: Open MPI's under mpirun; a 1-process group's alone."""
     environ = os.environ if environ is None else environ
     if "RANK" not in environ and "OMPI_COMM_WORLD_RANK" in environ:
         for ours, mpi in (("RANK", "RANK"), ("WORLD_SIZE", "SIZE"), ("LOCAL_RANK", "LOCAL_RANK")):
@@ -52,14 +50,8 @@ def write_result(out: Path, status: str, result: dict[str, Any]) -> None:
     write_json(out, {"status": status, **result, "versions": package_versions()})
 
 
-def run(
-    point: Point,
-    out: Path,
-    work: Callable[[], Measured],
-    summarise: Callable[[list[Measured]], dict[str, Any]],
-    finished: Callable[[], None] = lambda: None,
-) -> int:
-    """Run this rank's `work`; rank 0 writes the result, `summarise(every rank's measurements)`."""
+def run(point: Point, out: Path, work: Callable[[], Measured], summarise: Summarise) -> int:
+    """Run this rank's `work`; once every rank's is done, rank 0 writes `summarise` of them all."""
     rank_environment()
     rank = int(os.environ["RANK"])
     if rank == 0:
@@ -83,7 +75,6 @@ def run(
         measured = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(measured, (local, node))
     if rank == 0:
-        finished()
         hosts = [host for _, host in measured]
         write_result(out, "ok", {**summarise([m for m, _ in measured]), "rank_hosts": hosts})
     if torch.distributed.is_initialized():
@@ -94,10 +85,8 @@ def run(
 
 
 def exit_now(code: int) -> NoReturn:
-    """A rank's last act, its result written: leave without the interpreter's finalization,
-    where gloo's worker threads can still abort the process ("terminate called without an
-    active exception", SIGABRT; seen once in a default study on 2026-11-30), failing a job
-    whose work is done (pytorch/pytorch#179291 describes the race)."""
+    """A rank's last act: skip finalization, where gloo's threads can abort a finished job
+    ("terminate called without an active exception", seen 2026-11-30; pytorch/pytorch#179291)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     logging.shutdown()

@@ -32,9 +32,8 @@ VERSIONED_PACKAGES = (  # noqa: SIM905 (a list of names, one line)
 
 def _git(*args: str) -> str:
     command = ["git", "-C", str(PROJECT_ROOT), *args]
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=10, check=True
-    ).stdout.strip()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+    return done.stdout.strip()
 
 
 def git_commit() -> str:
@@ -60,19 +59,6 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def hardware(device_name: str, device_kind: str) -> dict[str, Any]:
-    import torch
-
-    return {
-        "device_kind": device_kind,
-        "device_name": device_name,
-        "host": platform.node(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
 # scheduler context -> the variables SLURM's job step sets
 SLURM_VARIABLES = {
     "job_id": "SLURM_JOB_ID",
@@ -95,11 +81,15 @@ def scheduler_context(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: float) -> dict:
+    import torch
+
+    hardware = {"device_kind": device_kind, "device_name": device_name, "host": platform.node()}
+    hardware |= {"machine": platform.machine(), "cpu_count": os.cpu_count()}
     return {
         "git_commit": git_commit(),
         "config_hash": config_hash,
         "versions": package_versions(),
-        "hardware": hardware(device_name, device_kind),
+        "hardware": {**hardware, "torch_threads": torch.get_num_threads()},
         "scheduler": scheduler_context(),
         "wall_time_s": round(wall_s, 3),
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -107,13 +97,11 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
 
 
 def validate_record(record: dict[str, Any]) -> None:
-    schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
-    jsonschema.validate(record, schema)
+    jsonschema.validate(record, yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text()))
 
 
 def write_record(path: str | Path, record: dict[str, Any]) -> None:
-    """Stamp the schema version, validate against workflow/schemas/record.schema.yaml, then
-    write atomically."""
+    """Stamp the schema version, validate against record.schema.yaml, write atomically."""
     record = {"schema_version": SCHEMA_VERSION, **record}
     validate_record(record)
     write_json(path, record)
@@ -122,43 +110,10 @@ def write_record(path: str | Path, record: dict[str, Any]) -> None:
 WHAT = ("stage", "study", "model", "task", "method", "data_source")  # a record's own strings
 
 
-def write_job_record(
-    out: str | Path,
-    *,
-    system: System,
-    device: Any,
-    protocol: str | None,
-    parameters: dict,
-    metrics: dict,
-    inputs: dict,
-    started: float,
-    hashed: Any = None,
-    **what: str,
-) -> dict[str, Any]:
-    """Write one job's record to `out` and return it. `what` names the job (every key of WHAT);
-    `device` is an accelstudy.device.Device; `inputs` names the model and data measured; a
-    stage without an evaluation protocol passes protocol=None. The config hash is over `hashed`
-    (by default the parameters); the wall time runs from `started`, a perf_counter() reading."""
-    if set(what) != set(WHAT):
-        raise TypeError(f"a job record needs exactly {WHAT}, got {sorted(what)}")
-    record = {"stage": what["stage"], "study": what["study"], "system": system.name}
-    record |= {"device": device.kind, **{key: what[key] for key in WHAT[2:]}}
-    record |= {"protocol": protocol, "inputs": inputs, "parameters": parameters, "metrics": metrics}
-    if protocol is None:
-        del record["protocol"]
-    wall_s = time.perf_counter() - started
-    hashed = parameters if hashed is None else hashed
-    record["provenance"] = provenance(config_hash(hashed), device.name(), device.kind, wall_s)
-    record["provenance"]["system"] = system.facts()
-    write_record(out, record)
-    return record
-
-
 @dataclass(kw_only=True)
 class Job:
-    """What every stage's job has: the study and system it records for (the CLI passes the
-    system's name; its file is loaded once, here), where its record goes, the device it runs
-    on, and the clock its wall time runs on, started when the job is made."""
+    """What every stage's job has: its study, its system (the CLI passes a name; the file loads
+    here), its record's path, its device, and the clock its wall time runs on from its making."""
 
     study: str
     system: System
@@ -176,10 +131,27 @@ class Job:
 
         return resolve(self.device_kind)
 
-    def write(self, **fields: Any) -> dict[str, Any]:
-        """Write this job's record (write_job_record's fields but the job's own)."""
-        mine = {"study": self.study, "system": self.system, "device": self.device}
-        return write_job_record(self.out, started=self.started, **mine, **fields)
+    def write(
+        self, *, protocol: str | None, parameters: dict, metrics: dict, inputs: dict, **what: Any
+    ) -> dict[str, Any]:
+        """Write this job's record and return it. `what`: WHAT but the study, and `hashed`, what
+        the config hash is over (default: the parameters); `inputs`: the model and data measured;
+        protocol=None for a stage without an evaluation protocol."""
+        hashed = what.pop("hashed", None)
+        what = {"study": self.study, **what}
+        if set(what) != set(WHAT):
+            raise TypeError(f"a job record needs exactly {WHAT}, got {sorted(what)}")
+        record = {"stage": what["stage"], "study": self.study, "system": self.system.name}
+        record |= {"device": self.device.kind, **{key: what[key] for key in WHAT[2:]}}
+        if protocol is not None:
+            record["protocol"] = protocol
+        record |= {"inputs": inputs, "parameters": parameters, "metrics": metrics}
+        config = config_hash(parameters if hashed is None else hashed)
+        wall_s = time.perf_counter() - self.started
+        record["provenance"] = provenance(config, self.device.name(), self.device.kind, wall_s)
+        record["provenance"]["system"] = self.system.facts()
+        write_record(self.out, record)
+        return record
 
 
 def read_record(path: str | Path) -> dict[str, Any]:

@@ -1,5 +1,4 @@
-"""Check a site profile against its system file before Snakemake submits a job: a mismatch
-would otherwise surface as a rejected sbatch or a job pending forever, mid-study."""
+"""A site profile against its system file, before a rejected sbatch or a pending job would."""
 
 import re
 from collections.abc import Mapping, MutableMapping
@@ -13,42 +12,32 @@ from accelstudy.systems import System, load_system
 
 ACCOUNT_ENV = "ACCELSTUDY_ACCOUNT"
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
-
-
-def raw_values(resources: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Resource name -> the value as written (Snakemake's Resource objects keep `.raw`)."""
-    if not resources:
-        return {}
-    return {name: getattr(value, "raw", value) for name, value in resources.items()}
-
-
-def _as_text(raw: Any, environ: Mapping[str, str]) -> str:
-    """A resource expression like "'$ACCELSTUDY_ACCOUNT'" as the plain text it yields, expanded
-    as os.path.expandvars over `environ` (unknown variables stay as written)."""
-    expanded = _VARIABLE.sub(lambda m: environ.get(m[1] or m[2], m[0]), str(raw))
-    return expanded.strip().strip("'\"").strip()
-
-
-def export_scheduler_defaults(system: System, environ: MutableMapping[str, str]) -> None:
-    """The system file's `slurm` block as ACCELSTUDY_SLURM_<KEY> variables for the profiles, so
-    one profile serves a site's variants (system files); a variable the user exported wins."""
-    for key, value in system.slurm.items():
-        environ.setdefault(f"ACCELSTUDY_SLURM_{key.upper()}", "" if value is None else str(value))
-
-
 Env = MutableMapping[str, str]
 Resources = Mapping[str, Any]  # resource name -> its value as written
 PerRule = Mapping[str, Resources]  # rule -> its --set-resources
 
 
-def check_variables(
-    system: System, defaults: Resources, per_rule: PerRule, environ: Mapping[str, str]
-) -> None:
+def raw_values(resources: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Resource name -> the value as written (Snakemake's Resource objects keep `.raw`)."""
+    return {name: getattr(value, "raw", value) for name, value in (resources or {}).items()}
+
+
+def _as_text(raw: Any, environ: Mapping[str, str]) -> str:
+    """A resource expression's plain text, its $VARIABLEs expanded from `environ` (unknown kept)."""
+    expanded = _VARIABLE.sub(lambda m: environ.get(m[1] or m[2], m[0]), str(raw))
+    return expanded.strip().strip("'\"").strip()
+
+
+def export_scheduler_defaults(system: System, environ: Env) -> None:
+    """`slurm` as ACCELSTUDY_SLURM_<KEY>, so one profile serves a site's variants; exports win."""
+    for key, value in system.slurm.items():
+        environ.setdefault(f"ACCELSTUDY_SLURM_{key.upper()}", "" if value is None else str(value))
+
+
+def check_variables(system: System, defaults: Resources, per_rule: PerRule, environ: Env) -> None:
     """Every $ACCELSTUDY_* a profile resource reads must be set by now."""
     written = [*defaults.items()]
-    written += [
-        (f"{rule}:{name}", raw) for rule, values in per_rule.items() for name, raw in values.items()
-    ]
+    written += [(f"{r}:{n}", raw) for r, values in per_rule.items() for n, raw in values.items()]
     for name, raw in written:
         for match in _VARIABLE.finditer(str(raw)):
             variable = match[1] or match[2]
@@ -62,8 +51,7 @@ def check_variables(
 
 
 def other_site(variable: str, system: str) -> str:
-    """The usual cause of an unset $ACCELSTUDY_SLURM_*: a study naming one site's system run
-    with another site's profile. Each profiles/<site>/site.yaml names the system it is for."""
+    """Why $ACCELSTUDY_SLURM_* is unset: another site's profile (its site.yaml names its system)."""
     key = variable.removeprefix("ACCELSTUDY_SLURM_").lower()
     for site_file in sorted((PROJECT_ROOT / "profiles").glob("*/site.yaml")):
         site = yaml.safe_load(site_file.read_text())["system"]
@@ -101,19 +89,15 @@ def card_count(raw: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-# rules whose jobs span nodes through the launcher module (their cards: finetune.cards)
-MULTI_NODE_RULES = ("finetune", "diffusion")
+MULTI_NODE_RULES = ("finetune", "diffusion")  # their jobs span nodes through the launcher
 
 
 def check_cards(system: System, per_rule: PerRule) -> None:
     """No single-node rule may ask for more cards than one node of the system has."""
-    resource = system.card_resource
-    limit = system.per_node
+    resource, limit = system.card_resource, system.per_node
     for rule, values in sorted(per_rule.items()):
-        if rule in MULTI_NODE_RULES:
-            continue
-        cards = card_count(values.get(resource)) if resource in values else None
-        if cards is not None and cards > limit:
+        cards = card_count(values.get(resource))
+        if rule not in MULTI_NODE_RULES and cards is not None and cards > limit:
             raise ConfigError(
                 f"resource '{rule}:{resource}': {cards} cards, but a {system.name} node "
                 f"has {limit}; rule '{rule}' runs on one node, so ask for at most {limit} "

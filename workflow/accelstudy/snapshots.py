@@ -1,13 +1,7 @@
-"""Where a prepared model's files are, and what names them. The `prepare-model` stage writes
-results/models/<name>/manifest.json and loads no weights for models that need no converting:
-a Hub model is a snapshot in the user's HF_HOME (downloaded there, only what a job loads, or
-found under HF_HUB_OFFLINE=1), a local directory is used in place. Only models that must be
-converted (the GGUF, the tiny random Llama) are written out, in FP32, beside the manifest.
-
-Digests: a Hub file's is the one the Hub gives it (sha256 for LFS files, git's sha1 for the
-rest), read from the cache's blob names, so nothing is hashed. A local directory's files are
-hashed with sha256 once (one read of the directory: about 2 minutes per 140 GB at 1.2 GB/s),
-and a later prepare reuses each digest whose file has the same size and mtime."""
+"""Where a prepared model's files are, and what names them: a Hub snapshot in HF_HOME or a local
+directory, used in place, or a GGUF or tiny random Llama converted to FP32 beside the manifest.
+Digests: a Hub file's is the Hub's, read from the cache's blob names (nothing hashed); a local
+file's sha256 is hashed once (about 2 minutes per 140 GB) and reused while size and mtime hold."""
 
 import hashlib
 import json
@@ -23,14 +17,10 @@ from accelstudy.files import sha256_file, write_json
 
 log = logging.getLogger("accelstudy")
 MANIFEST = "manifest.json"
-# what a job loads from a snapshot: safetensors weights, configs, tokenizer files; not the
-# original/*.pth or *.bin copies some repos also ship
+# what a job loads from a snapshot; not the original/*.pth or *.bin copies some repos also ship
 SNAPSHOT_FILES = ["*.safetensors", "*.json", "tokenizer*", "*.model", "*.txt", "*.tiktoken"]
 SNAPSHOT_SKIP = ["original/*"]
 COMMIT = re.compile(r"[0-9a-f]{40}")
-# safetensors dtype names -> bytes per element
-DTYPE_BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "F16": 2, "BF16": 2, "I16": 2, "U8": 1}
-DTYPE_BYTES |= {"I8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 class ModelSourceError(StudyError, ValueError):
@@ -38,8 +28,7 @@ class ModelSourceError(StudyError, ValueError):
 
 
 def hub_snapshot(name: str, spec: dict[str, Any]) -> Path:
-    """The snapshot folder (named by its commit) of the Hub model `spec` names, with only
-    SNAPSHOT_FILES: downloaded into the cache, or found there under HF_HUB_OFFLINE=1."""
+    """The commit-named snapshot folder of a Hub model with SNAPSHOT_FILES, downloaded or cached."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub import errors as hub
 
@@ -66,8 +55,7 @@ def hub_snapshot(name: str, spec: dict[str, Any]) -> Path:
 
 
 def hub_commit(repo: str, revision: str, kind: str = "model") -> str | None:
-    """The commit a Hub revision names: itself if a commit, else the cache's ref (as
-    huggingface_hub and datasets leave it), else the Hub's answer; None offline without a ref."""
+    """A Hub revision's commit: itself, the cache's ref, or the Hub's answer (offline: None)."""
     from huggingface_hub import HfApi, constants
 
     if COMMIT.fullmatch(revision):
@@ -81,28 +69,24 @@ def hub_commit(repo: str, revision: str, kind: str = "model") -> str | None:
 
 
 def safetensors_headers(folder: Path) -> dict[str, tuple[int, dict]]:
-    """file name -> (header bytes, header) of each *.safetensors file: read, not loaded."""
+    """file name -> (header bytes, tensor name -> dtype and shape) of each *.safetensors file."""
     headers = {}
     for path in sorted(folder.glob("*.safetensors")):
         with open(path, "rb") as handle:
             size = int.from_bytes(handle.read(8), "little")
-            headers[path.name] = (size, json.loads(handle.read(size)))
+            header = json.loads(handle.read(size))
+        headers[path.name] = (size, {k: t for k, t in header.items() if k != "__metadata__"})
     return headers
 
 
 def fp32_bytes(folder: Path) -> int:
-    """The model's size as FP32 safetensors (the compression ratio's reference): equal to the
-    files' size for an FP32 copy, computed from the headers for a BF16 snapshot."""
-    total = 0
-    for size, header in safetensors_headers(folder).values():
-        shapes = [t["shape"] for key, t in header.items() if key != "__metadata__"]
-        total += 8 + size + 4 * sum(math.prod(shape) for shape in shapes)
-    return total
+    """The model's size as FP32 safetensors, from the headers: the compression ratio's reference."""
+    headers = safetensors_headers(folder).values()
+    return sum(8 + size + 4 * sum(math.prod(t["shape"]) for t in h.values()) for size, h in headers)
 
 
 def _hub_files(folder: Path) -> dict[str, dict[str, Any]]:
-    """name -> bytes and the Hub's digest, from the cache's blob names (a blob is named by its
-    etag: the sha256 of an LFS file, the git sha1 of any other)."""
+    """name -> bytes and digest: a cache blob is named by its etag (LFS: sha256, else git sha1)."""
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         blob = Path(os.readlink(path)).name if path.is_symlink() else ""
@@ -113,8 +97,8 @@ def _hub_files(folder: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
-def _local_files(folder: Path, before: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """name -> bytes, mtime and sha256, reusing `before`'s digest where size and mtime match."""
+def _local_files(folder: Path, before: dict[str, Any]) -> dict[str, Any]:
+    """Per file: bytes, mtime, sha256 (`before`'s if size and mtime hold); the directory digest."""
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name, stat = path.relative_to(folder).as_posix(), path.stat()
@@ -122,43 +106,33 @@ def _local_files(folder: Path, before: dict[str, Any]) -> dict[str, dict[str, An
         old = before.get(name, {})
         same = all(old.get(k) == v for k, v in seen.items())
         files[name] = {**seen, "digest": old["digest"] if same else f"sha256:{sha256_file(path)}"}
-    return files
-
-
-def _digest(files: dict[str, dict[str, Any]]) -> str:
-    """One digest over every file's name and digest (sorted): the directory's."""
     lines = "".join(f"{name} {entry['digest']}\n" for name, entry in sorted(files.items()))
-    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+    return {"digest": "sha256:" + hashlib.sha256(lines.encode()).hexdigest(), "files": files}
 
 
 def read_manifest(model_dir: Path) -> dict[str, Any]:
-    """The manifest `prepare-model` wrote; a directory without one (saved by hand or by a
-    test) is a local model used in place."""
+    """The manifest `prepare-model` wrote; without one (saved by hand or a test), a local model."""
     path = Path(model_dir) / MANIFEST
     if path.is_file():
         return json.loads(path.read_text())
-    files = _local_files(Path(model_dir), {})
-    return {"source": "local", "path": str(model_dir), "digest": _digest(files), "files": files}
+    return {"source": "local", "path": str(model_dir), **_local_files(Path(model_dir), {})}
 
 
 def weights_dir(model_dir: Path) -> Path:
-    """Where a prepared model's weights, config and tokenizer are: the snapshot or local
-    directory its manifest names, or the prepared directory itself for a converted model."""
+    """Where the weights, config and tokenizer are: the manifest's path, else `model_dir` itself."""
     path = Path(model_dir) / MANIFEST
     location = json.loads(path.read_text()).get("path") if path.is_file() else None
     return Path(location) if location else Path(model_dir)
 
 
 def identity(model_dir: Path) -> dict[str, Any]:
-    """What names the model in a record (and for `compare`): the manifest but its files and
-    where they are on this machine."""
+    """What names the model in a record and for `compare`: the manifest but files and path."""
     manifest = read_manifest(model_dir)
     return {k: v for k, v in manifest.items() if k not in ("files", "path")}
 
 
 def _dtypes(folder: Path) -> list[str]:
-    headers = [header for _, header in safetensors_headers(folder).values()]
-    return sorted({t["dtype"] for h in headers for k, t in h.items() if k != "__metadata__"})
+    return sorted({t["dtype"] for _, h in safetensors_headers(folder).values() for t in h.values()})
 
 
 def check_causal_lm(name: str, folder: Path) -> None:
@@ -173,8 +147,7 @@ def check_causal_lm(name: str, folder: Path) -> None:
 
 
 def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:
-    """The `prepare-model` stage: find (Hub, local) or convert (GGUF, tiny random) the model;
-    write its manifest into `out` last, so a present manifest means a prepared model."""
+    """The `prepare-model` stage: find or convert the model; a manifest, written last, marks it."""
     out, source = Path(out), spec["source"]
     manifest: dict[str, Any] = {"source": source}
     if source == "hf":
@@ -187,8 +160,7 @@ def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, A
         folder = (Path.cwd() / spec["path"]).resolve()
         check_causal_lm(out.name, folder)
         before = read_manifest(out)["files"] if (out / MANIFEST).is_file() else {}
-        files = _local_files(folder, before)
-        manifest |= {"path": str(folder), "digest": _digest(files), "files": files}
+        manifest |= {"path": str(folder), **_local_files(folder, before)}
     else:
         from accelstudy.models import convert
 

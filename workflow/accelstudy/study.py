@@ -1,6 +1,5 @@
-"""A whole study checked before any job runs: the config schema, then each part's sweep
-against the system it runs on. Snakemake (workflow/rules/common.smk) and the CLI call this;
-every failure is one line naming the key and the fix."""
+"""A whole study checked before any job runs (by common.smk and the CLI): the config schema,
+then each part's sweep against its system; every failure is one line naming key and fix."""
 
 import importlib.util
 from collections.abc import Mapping
@@ -46,18 +45,13 @@ def check_finetune(config: Mapping[str, Any], system: System) -> None:
     system.check_dtype("finetune.dtype", sweep["dtype"])
     zero3 = "zero3" in sweep["strategies"] and sweep["on_unsupported"] == "error"
     missing = zero3 and importlib.util.find_spec("deepspeed") is None
-    problem = (
-        "zero3 needs DeepSpeed, which is not installed here; pip install the project's pinned "
-        "deepspeed, drop zero3, or set finetune.on_unsupported: record"
-    )
+    problem = "zero3 needs DeepSpeed, which is not installed here; pip install the project's "
+    problem += "pinned deepspeed, drop zero3, or set finetune.on_unsupported: record"
     require(not missing, "finetune.strategies", problem)
     file = str(sweep["data"].get("file", ""))
+    missing = sweep["data"].get("source") == "local" and not Path(file).is_file()
     problem = f"'{file}' is no file here; put the instruction data there or give another source"
-    require(
-        sweep["data"].get("source") != "local" or Path(file).is_file(),
-        "finetune.data.file",
-        problem,
-    )
+    require(not missing, "finetune.data.file", problem)
 
 
 def check_unet(model: Mapping[str, Any], hr_size: int) -> None:
@@ -87,8 +81,6 @@ def check_diffusion(config: Mapping[str, Any], system: System) -> None:
     if data["source"] == "pysm":
         check_preset(data["preset"], data["nside"])
     if data["source"] == "local":
-        file = data.get("file", "")
-        problem = (
-            f"'{data.get('file')}' is no file; give an npz with an `hr` array (and optionally `lr`)"
-        )
-        require(Path(file).is_file(), "diffusion.data.file", problem)
+        file = data.get("file")
+        problem = f"'{file}' is no file; give an npz with an `hr` array (and optionally `lr`)"
+        require(Path(file or "").is_file(), "diffusion.data.file", problem)

@@ -9,7 +9,7 @@ from typing import Any, Self
 
 import yaml
 
-from accelstudy.errors import ConfigError, key_error, require
+from accelstudy.errors import ConfigError, require
 from accelstudy.paths import SYSTEMS
 
 FACT_KEYS = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "nodes")
@@ -17,7 +17,7 @@ FACT_KEYS = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "n
 
 @dataclass(frozen=True)
 class System:
-    """One system file. `cards_per_node: cores` (the cpu system: a card is a process) means
+    """One system file; `cards_per_node: cores` (the cpu system: a card is a process) means
     this machine's core count."""
 
     name: str
@@ -56,11 +56,10 @@ class System:
         """Every count of cards (processes on the cpu system) within what the system offers."""
         offered = self.per_node * self.nodes
         unit = "cores" if self.cards_per_node == "cores" else "cards"
+        layout = f"{offered} ({self.nodes} node(s) x {self.per_node} {unit})"
         for cards in counts:
-            layout = f"{offered} ({self.nodes} node(s) x {self.per_node} {unit})"
             problem = f"{cards} cards, but system '{self.name}' offers {layout}; "
-            problem += f"ask for at most {offered}"
-            require(cards <= offered, key, problem)
+            require(cards <= offered, key, problem + f"ask for at most {offered}")
 
     def check_dtype(self, key: str, dtype: str) -> None:
         offered = f"{self.label} (system '{self.name}': {list(self.dtypes)})"
@@ -77,17 +76,11 @@ class System:
 def load_system(name: str) -> System:
     """The machine description config/systems/{name}.yaml."""
     path = SYSTEMS / f"{name}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
-        raise key_error("system", f"unknown system '{name}'; known systems are {known}")
+    known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
+    require(path.is_file(), "system", f"unknown system '{name}'; known systems are {known}")
     spec = yaml.safe_load(path.read_text())
     unknown = set(spec) - {f.name for f in dataclasses.fields(System)}
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
-    return System(
-        **{
-            **spec,
-            "dtypes": tuple(spec.get("dtypes", ("float32",))),
-            "slurm": spec.get("slurm") or {},
-        }
-    )
+    dtypes = tuple(spec.get("dtypes", ("float32",)))
+    return System(**{**spec, "dtypes": dtypes, "slurm": spec.get("slurm") or {}})

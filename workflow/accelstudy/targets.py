@@ -1,20 +1,13 @@
-"""What a study asks Snakemake for: the result files, the lookups its rules make per job, and
-wildcard constraints from the schema. workflow/rules/*.smk name files and call these; parsing
-the workflow imports no torch."""
+"""What a study asks Snakemake for (workflow/rules/*.smk): the result files, the lookups its
+rules make per job, wildcard constraints from the schema; parsing the workflow imports no torch."""
 
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from accelstudy import points
 from accelstudy.config import schema
-from accelstudy.points import (
-    bits_path,
-    diffusion_cells,
-    diffusion_point,
-    finetune_cells,
-    finetune_point,
-)
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
@@ -53,7 +46,7 @@ class StudyTargets:
         self.tasks = sorted(config["tasks"])
         self.ptq = config["ptq"]
         self.ptq_tasks = self.ptq.get("tasks", []) if self.ptq["enabled"] else []
-        self.bit_labels = [bits_path(bits) for bits in self.ptq.get("bit_lists", [])]
+        self.bit_labels = [points.bits_path(bits) for bits in self.ptq.get("bit_lists", [])]
         self.conda_env = CONDA_ENVS.get(system.device, "../../envs/cpu.yaml")
 
     def constraints(self) -> dict[str, str]:
@@ -82,13 +75,12 @@ class StudyTargets:
             for protocol in self.config["tasks"][task]["protocols"]
         ]
 
+    def _ptq_runs(self) -> list[str]:
+        return [f"{self.results}/ptq/{m}/{t}" for m in self.eval_models for t in self.ptq_tasks]
+
     def _ptq_folders(self) -> list[str]:
-        return [
-            f"{self.results}/ptq/{model}/{task}/{self.ptq['granularity']}/bits-{bits}"
-            for model in self.eval_models
-            for task in self.ptq_tasks
-            for bits in self.bit_labels
-        ]
+        level = self.ptq["granularity"]
+        return [f"{run}/{level}/bits-{b}" for run in self._ptq_runs() for b in self.bit_labels]
 
     def ptq_records(self) -> list[str]:
         return [f"{d}/{recipe}.json" for d in self._ptq_folders() for recipe in self.ptq["recipes"]]
@@ -98,44 +90,33 @@ class StudyTargets:
         return [f"{folder}/assignment.json" for folder in self._ptq_folders()]
 
     def sensitivity_tables(self) -> list[str]:
-        return [
-            f"{self.results}/ptq/{model}/{task}/sensitivity/{self.ptq['granularity']}.csv"
-            for model in self.eval_models
-            for task in self.ptq_tasks
-        ]
+        return [f"{run}/sensitivity/{self.ptq['granularity']}.csv" for run in self._ptq_runs()]
 
     def finetune_records(self) -> list[str]:
         return [
             f"{self.results}/finetune/{c.model}/{c.strategy}/{c.attention}/cards-{c.cards}/"
             f"repeat-{c.repeat}.json"
-            for c in finetune_cells(self.config)
+            for c in points.finetune_cells(self.config)
         ]
 
     def diffusion_records(self) -> list[str]:
         return [
             f"{self.results}/diffusion/devices-{devices}/repeat-{repeat}.json"
-            for devices, repeat in diffusion_cells(self.config)
+            for devices, repeat in points.diffusion_cells(self.config)
         ]
 
     def diffusion_samples(self) -> list[str]:
         return [path.replace(".json", ".samples.npz") for path in self.diffusion_records()]
 
     def records(self) -> list[str]:
-        return [
-            *self.baseline_records(),
-            *self.ptq_records(),
-            *self.finetune_records(),
-            *self.diffusion_records(),
-        ]
+        evaluations = self.baseline_records() + self.ptq_records()
+        return evaluations + self.finetune_records() + self.diffusion_records()
 
     def captioned_outputs(self, report: Callable[..., Any]) -> dict[str, Any]:
-        """The report rule's tables and figures, each wrapped by Snakemake's `report()` with its
-        caption (workflow/report/<caption>.rst) and category."""
+        """The report rule's tables and figures, wrapped by `report()` with caption and category."""
         return {
-            name: report(
-                f"{self.results}/{path}", caption=f"../report/{caption}.rst", category=category
-            )
-            for name, path, caption, category in CAPTIONED
+            name: report(f"{self.results}/{path}", caption=f"../report/{cap}.rst", category=cat)
+            for name, path, cap, cat in CAPTIONED
         }
 
     def compare_inputs(self) -> list[str]:
@@ -148,7 +129,6 @@ class StudyTargets:
 
     # per-job lookups ---------------------------------------------------------------------------
     def model_spec(self, w: Any) -> str:
-        """The models.<name> entry, as JSON for the CLI."""
         return json.dumps(self.config["models"][w.model], sort_keys=True)
 
     def model_seed(self, w: Any) -> int:
@@ -160,7 +140,6 @@ class StudyTargets:
         return self.config["tasks"][w.task]
 
     def task_value(self, key: str) -> Callable[[Any], Any]:
-        """tasks.<the job's task>.<key>, as a params function."""
         return lambda w: self.task(w)[key]
 
     def data_spec(self, w: Any) -> str:
@@ -169,8 +148,7 @@ class StudyTargets:
         return json.dumps({k: task[k] for k in DATA_KEYS if k in task}, sort_keys=True)
 
     def local_file(self, part: str) -> Callable[[Any], list[str]]:
-        """The local data file a prepare rule reads (for `tasks`, its split's), as an input of
-        the rule: a changed file re-runs what depends on it."""
+        """The local file a prepare rule reads (its split's, for `tasks`): a change re-runs it."""
 
         def files(w: Any) -> list[str]:
             spec = self.task(w) if part == "tasks" else self.config[part]["data"]
@@ -212,43 +190,48 @@ class StudyTargets:
     def finetune_point(self, w: Any) -> str:
         """The point as the worker reads it: only the finetune keys a point depends on."""
         data_file = f"{self.results}/data/instructions/train.jsonl"
-        return finetune_point(self.config, w, data_file).to_json()
+        return points.finetune_point(self.config, w, data_file).to_json()
 
     def diffusion_point(self, w: Any) -> str:
-        return diffusion_point(self.config, w).to_json()
+        return points.diffusion_point(self.config, w).to_json()
 
     # scheduler resources of a point (a fine-tuning point's cards, a diffusion point's devices)
     @staticmethod
     def _cards(w: Any) -> int:
         return int(w.get("cards") or w.devices)
 
-    def point_cards(self, kind: str) -> Callable[[Any], int]:
-        """A resource counting this point's cards where the system's card resource is `kind`
-        (GPUs across nodes are asked per node instead: `point_gres`)."""
-
-        def cards(w: Any) -> int:
-            if self.system.card_resource != kind or (kind == "gpu" and self.point_nodes(w) > 1):
-                return 0
-            return self._cards(w)
-
-        return cards
-
-    def point_nodes(self, w: Any) -> int:
-        return self.system.nodes_for(self._cards(w))
+    def point_threads(self, w: Any) -> int:
+        """On the cpu system a card is a process, so a point takes one core per card."""
+        return self._cards(w) if self.system.device == "cpu" else 1
 
     # Across nodes, a point is what the SLURM plugin calls an MPI job: it submits its task
     # layout (one task per node, the node's launcher, with `--gres` GPUs per node so each node
     # holds the same number) and runs the job's command in the batch step, where `srun
     # --overlap` starts a torchrun per node. On one node, mpi is "" (false: no task layout).
-    def point_mpi(self, w: Any) -> str:
-        return "srun" if self.point_nodes(w) > 1 else ""
-
-    def point_gres(self, w: Any) -> str:
-        nodes, per_node = self.system.layout(self._cards(w))
+    def point_layout(self, w: Any) -> dict[str, Any]:
+        """The point's cards as the system's card resource counts them, its nodes and layout."""
+        cards, kind = self._cards(w), self.system.card_resource
+        nodes, per_node = self.system.layout(cards)
         model = self.system.slurm.get("gpu_model")  # Expanse's H100s are asked by model
-        gpu = f"gpu:{model}:{per_node}" if model else f"gpu:{per_node}"
-        return gpu if nodes > 1 and self.system.card_resource == "gpu" else ""
+        gres = f"gpu:{model}:{per_node}" if model else f"gpu:{per_node}"
+        gres_gpus = nodes > 1 and kind == "gpu"  # GPUs across nodes are asked per node
+        layout = {"gpu": cards if kind == "gpu" and not gres_gpus else 0}
+        layout |= {"gaudi": cards if kind == "gaudi" else 0, "nodes": nodes}
+        return layout | {"mpi": "srun" if nodes > 1 else "", "gres": gres if gres_gpus else ""}
 
-    def point_threads(self, w: Any) -> int:
-        """On the cpu system a card is a process, so a point takes one core per card."""
-        return self._cards(w) if self.system.device == "cpu" else 1
+    def point_resources(self, minutes: int) -> dict[str, Any]:
+        """The point's layout, memory and runtime."""
+
+        def resource(key: str) -> Callable[[Any], Any]:
+            return lambda w: self.point_layout(w)[key]
+
+        layout = {key: resource(key) for key in ("gpu", "gaudi", "nodes", "mpi")}
+        layout["tasks"] = resource("nodes")
+        layout["tasks_per_gpu"] = 0  # the plugin would otherwise read `tasks` as tasks per GPU
+        layout["gres"] = resource("gres")
+        return layout | self.resources(minutes)
+
+    @staticmethod
+    def resources(minutes: int, mem_mb: int = 8000) -> dict[str, Any]:
+        """A job's memory, and a runtime that grows with each retry (`attempt`)."""
+        return {"mem_mb": mem_mb, "runtime": lambda wildcards, attempt: minutes * attempt}

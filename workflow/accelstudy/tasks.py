@@ -1,7 +1,6 @@
-"""The task registry: what each evaluation task is, in one place that every stage, the data
-layer, the schema's checks, the CLI and the report read. Adding a task is one entry here, its
-rows' normaliser and stand-in (data/), and its scorer (evaluate/), as in lm-evaluation-harness.
-"""
+"""The task registry, read by every stage, the data layer, the schema, the CLI and the report.
+Adding a task is one entry here, its rows' normaliser and stand-in (data/), and its scorer
+(evaluate/), as in lm-evaluation-harness."""
 
 from dataclasses import dataclass
 from typing import Literal

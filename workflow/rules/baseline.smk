@@ -1,6 +1,4 @@
 # The unquantized (FP32) model on every task, under every configured protocol.
-
-
 rule baseline:
     input:
         model=f"{RESULTS}/models/{{model}}",
@@ -13,8 +11,7 @@ rule baseline:
         CONDA_ENV
     threads: 2
     resources:
-        mem_mb=8000,
-        runtime=lambda wildcards, attempt: 120 * attempt,
+        **STUDY.resources(minutes=120),
     params:
         study=config["study"],
         system=config["system"],

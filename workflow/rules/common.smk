@@ -20,6 +20,7 @@ export_for_jobs(os.environ)
 STUDY = StudyTargets(config, SYSTEM)
 RESULTS = STUDY.results
 PTQ = config["ptq"]
+COMPARE = config["compare"]
 # `--software-deployment-method conda` builds the environment the system's device needs
 CONDA_ENV = STUDY.conda_env
 

@@ -1,6 +1,4 @@
 # Models and datasets, prepared once per study and cached under results/.
-
-
 rule prepare_model:
     output:
         directory(f"{RESULTS}/models/{{model}}"),
@@ -10,8 +8,7 @@ rule prepare_model:
         CONDA_ENV
     threads: 2
     resources:
-        mem_mb=8000,
-        runtime=lambda wildcards, attempt: 60 * attempt,
+        **STUDY.resources(minutes=60),
     params:
         spec=STUDY.model_spec,
         seed=STUDY.model_seed,
@@ -30,10 +27,8 @@ rule prepare_data:
         f"{RESULTS}/logs/prepare_data/{{task}}-{{split}}.log",
     conda:
         CONDA_ENV
-    threads: 1
     resources:
-        mem_mb=4000,
-        runtime=lambda wildcards, attempt: 30 * attempt,
+        **STUDY.resources(minutes=30, mem_mb=4000),
     params:
         spec=STUDY.data_spec,
     shell:

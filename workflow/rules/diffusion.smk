@@ -1,7 +1,5 @@
 # Part 3: SR3 diffusion super-resolution of dust images, strong scaling over devices.
 # One dataset; one job per (devices, repeat), asking the scheduler for exactly its devices.
-
-
 rule prepare_dust:
     input:
         STUDY.local_file("diffusion"),
@@ -34,15 +32,7 @@ rule diffusion:
         CONDA_ENV
     threads: STUDY.point_threads
     resources:
-        gpu=STUDY.point_cards("gpu"),
-        gaudi=STUDY.point_cards("gaudi"),
-        nodes=STUDY.point_nodes,
-        mpi=STUDY.point_mpi,
-        tasks=STUDY.point_nodes,
-        tasks_per_gpu=0,  # the plugin would otherwise read `tasks` as tasks per GPU
-        gres=STUDY.point_gres,
-        mem_mb=8000,
-        runtime=lambda wildcards, attempt: 120 * attempt,
+        **STUDY.point_resources(minutes=120),
     params:
         study=config["study"],
         system=config["system"],

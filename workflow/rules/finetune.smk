@@ -1,7 +1,5 @@
 # Part 2: fine-tuning sweeps. Scatter: one job per (model, strategy, attention, cards,
 # repeat), asking the scheduler for exactly its cards (and nodes, beyond one node's cards).
-
-
 rule prepare_instructions:
     input:
         STUDY.local_file("finetune"),
@@ -31,15 +29,7 @@ rule finetune:
         CONDA_ENV
     threads: STUDY.point_threads
     resources:
-        gpu=STUDY.point_cards("gpu"),
-        gaudi=STUDY.point_cards("gaudi"),
-        nodes=STUDY.point_nodes,
-        mpi=STUDY.point_mpi,
-        tasks=STUDY.point_nodes,
-        tasks_per_gpu=0,  # the plugin would otherwise read `tasks` as tasks per GPU
-        gres=STUDY.point_gres,
-        mem_mb=8000,
-        runtime=lambda wildcards, attempt: 60 * attempt,
+        **STUDY.point_resources(minutes=60),
     params:
         study=config["study"],
         system=config["system"],

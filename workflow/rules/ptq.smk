@@ -1,7 +1,5 @@
 # Part 1: sensitivity-aware mixed-precision PTQ. Scatter: one sensitivity job per chunk of
 # layers; one clustering job per bit list; one quantized evaluation per (bit list, recipe).
-
-
 rule sensitivity:
     input:
         model=f"{RESULTS}/models/{{model}}",
@@ -14,8 +12,7 @@ rule sensitivity:
         CONDA_ENV
     threads: 2
     resources:
-        mem_mb=8000,
-        runtime=lambda wildcards, attempt: 120 * attempt,
+        **STUDY.resources(minutes=120),
     params:
         settings=STUDY.paper_settings,
         limit=STUDY.calibration_limit,
@@ -79,8 +76,7 @@ rule quantize:
         CONDA_ENV
     threads: 2
     resources:
-        mem_mb=8000,
-        runtime=lambda wildcards, attempt: 120 * attempt,
+        **STUDY.resources(minutes=120),
     params:
         study=config["study"],
         system=config["system"],

@@ -1,7 +1,5 @@
 # Every record into one table, the figures and the report (`snakemake --report` shows the
 # captioned tables and figures: accelstudy.targets.CAPTIONED).
-
-
 rule report:
     input:
         records=STUDY.records(),
@@ -38,18 +36,14 @@ rule compare:
     input:
         STUDY.compare_inputs(),
     output:
-        f"{config['compare']['out']}/index.html",
+        f"{COMPARE['out']}/index.html",
     log:
-        f"{config['compare']['out']}/compare.log",
+        f"{COMPARE['out']}/compare.log",
     conda:
         CONDA_ENV
     params:
-        runs=config["compare"]["runs"],
-        reference=(
-            f"--reference {config['compare']['reference']}"
-            if config["compare"]["reference"]
-            else ""
-        ),
+        runs=COMPARE["runs"],
+        reference=f"--reference {COMPARE['reference']}" if COMPARE["reference"] else "",
         out=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
         "accelstudy compare {params.runs:q} --out {params.out:q} {params.reference} "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from accelstudy.data.sources import describe_source, source_file
-from accelstudy.errors import StudyError, key_error
+from accelstudy.errors import StudyError, key_error, require
 from accelstudy.files import atomic_open, write_json
 
 if TYPE_CHECKING:  # torch loads only where pairs are made or read: the config checks above do not
@@ -43,13 +43,10 @@ def preset_files(preset: str, nside: int) -> list[str]:
 def check_preset(preset: str, nside: int, environ: Mapping[str, str] = os.environ) -> None:
     root = environ.get("PYSM_LOCAL_DATA")
     missing = [f for f in preset_files(preset, nside) if not root or not Path(root, f).is_file()]
-    if missing:
-        raise key_error(
-            "diffusion.data.preset",
-            f"PySM preset '{preset}' needs {', '.join(missing)} under PYSM_LOCAL_DATA (now "
-            f"{root or 'unset'}); copy them from the PySM data server and export "
-            "PYSM_LOCAL_DATA=<that folder>, or use source: standin",
-        )
+    problem = f"PySM preset '{preset}' needs {', '.join(missing)} under PYSM_LOCAL_DATA (now "
+    problem += f"{root or 'unset'}); copy them from the PySM data server and export "
+    problem += "PYSM_LOCAL_DATA=<that folder>, or use source: standin"
+    require(not missing, "diffusion.data.preset", problem)
 
 
 def standin_template(nside: int, seed: int) -> np.ndarray:

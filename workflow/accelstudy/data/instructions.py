@@ -10,14 +10,8 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
-from accelstudy.data.sources import (
-    DataSourceError,
-    _read_local,
-    describe_source,
-    read_hub,
-    source_file,
-    write_jsonl,
-)
+from accelstudy.data import sources
+from accelstudy.data.sources import DataSourceError
 from accelstudy.files import write_json
 
 # optimum-habana, examples/language-modeling/run_lora_clm.py: PROMPT_DICT
@@ -64,21 +58,21 @@ def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[di
         return [{"instruction": ask.format(t), "input": "", "output": p} for t, p in paragraphs]
     if source == "local":
         path = (base_dir or Path.cwd()) / spec["file"]
-        rows, origin = _read_local(path), f"data file '{spec['file']}'"
+        rows, origin = sources._read_local(path), f"data file '{spec['file']}'"
     elif source == "hf":
-        rows, origin = read_hub(spec, spec.get("split", "train")), f"dataset '{spec['dataset']}'"
+        rows = sources.read_hub(spec, spec.get("split", "train"))
+        origin = f"dataset '{spec['dataset']}'"
     else:
         raise DataSourceError(f"config key 'data.source': unknown source '{source}'")
     return _rename(rows, spec.get("columns") or {}, origin)
 
 
 def prepare_instructions(spec: dict[str, Any], out: str | Path) -> int:
-    """Cache the examples (instruction/input/output) as JSON Lines: training ranks stay offline;
-    describe their source beside them."""
-    rows = write_jsonl(load_examples(spec), out)
-    write_json(
-        source_file(out), describe_source(spec, spec.get("split", "train"), spec.get("file"))
-    )
+    """Cache the examples (instruction/input/output) as JSON Lines, so training ranks stay
+    offline; describe their source beside them."""
+    rows = sources.write_jsonl(load_examples(spec), out)
+    described = sources.describe_source(spec, spec.get("split", "train"), spec.get("file"))
+    write_json(sources.source_file(out), described)
     return rows
 
 
@@ -112,9 +106,8 @@ def concatenated_blocks(
     count = len(stream) // max_seq_length
     count = count if limit is None else min(count, limit)
     if count == 0:
-        raise DataSourceError(
-            f"the data holds fewer than {max_seq_length} tokens: not one training block"
-        )
+        fewer = f"the data holds fewer than {max_seq_length} tokens: not one training block"
+        raise DataSourceError(fewer)
     blocks = [stream[i * max_seq_length : (i + 1) * max_seq_length] for i in range(count)]
     masks, labels = [[1] * max_seq_length for _ in blocks], [list(block) for block in blocks]
     return {"input_ids": blocks, "attention_mask": masks, "labels": labels}

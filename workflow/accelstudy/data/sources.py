@@ -31,15 +31,13 @@ class BadValue(ValueError):
         super().__init__(f"column '{column}' value {value!r} {requirement}")
 
 
-def boolq_answer(value: Any, column: str = "answer") -> bool:
+def boolq_answer(value: Any) -> bool:
     """A boolean, 0/1, or "true"/"false" in any case, mapped explicitly (never truthiness)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float) and value in (0, 1):
+    if isinstance(value, int | float) and value in (0, 1):  # bool is an int
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in BOOLQ_ANSWERS:
         return BOOLQ_ANSWERS[value.strip().lower()]
-    raise BadValue(column, value, 'is not a boolean, 0/1, or "true"/"false"')
+    raise BadValue("answer", value, 'is not a boolean, 0/1, or "true"/"false"')
 
 
 def _text(row: dict, column: str, allow_empty: bool = False) -> str:
@@ -62,9 +60,8 @@ def _label(row: dict, n_endings: int) -> int:
     value = row["label"]
     index = int(value) if isinstance(value, str) and value.strip().isdigit() else value
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_endings:
-        raise BadValue(
-            "label", value, f"is not an integer (or string of digits) from 0 to {n_endings - 1}"
-        )
+        requirement = f"is not an integer (or string of digits) from 0 to {n_endings - 1}"
+        raise BadValue("label", value, requirement)
     return index
 
 
@@ -119,9 +116,8 @@ def read_hub(spec: dict[str, Any], split: str) -> list[dict]:
     """A split of the Hub dataset a config entry names (dataset, name, revision)."""
     from datasets import load_dataset
 
-    rows = load_dataset(
-        spec["dataset"], spec.get("name"), split=split, revision=spec.get("revision")
-    )
+    name, revision = spec.get("name"), spec.get("revision")
+    rows = load_dataset(spec["dataset"], name, split=split, revision=revision)
     return [dict(row) for row in rows]
 
 
@@ -196,18 +192,15 @@ def source_file(data: str | Path) -> Path:
 
 
 def read_source(data: str | Path) -> dict[str, Any]:
-    """The source a prepare stage described for `data`, and the sha256 of `data` itself (a
-    file no prepare stage wrote is a local file)."""
-    prepared = f"sha256:{sha256_file(data)}"
-    described = {"source": "local", "digest": prepared}
-    if source_file(data).is_file():
-        described = json.loads(source_file(data).read_text())
-    return {**described, "prepared": prepared}
+    """The source a prepare stage described for `data` (else it is a local file), and its sha256."""
+    prepared, described = f"sha256:{sha256_file(data)}", source_file(data)
+    if not described.is_file():
+        return {"source": "local", "digest": prepared, "prepared": prepared}
+    return {**json.loads(described.read_text()), "prepared": prepared}
 
 
 def prepare_data(task: str, spec: dict[str, Any], split: str, out: str | Path) -> int:
-    """The `prepare-data` stage: one split of a task cached as JSON Lines at `out`, its source
-    described beside it; its rows."""
+    """One split of a task cached as JSON Lines at `out`, its source described beside it."""
     rows = write_jsonl(load_split(task, spec, split), out)
     write_json(source_file(out), describe_source(spec, split, (spec.get("files") or {}).get(split)))
     log.info("prepared %d rows of %s/%s -> %s", rows, task, split, out)

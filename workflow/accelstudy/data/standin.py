@@ -11,32 +11,25 @@ from accelstudy.tasks import SPLITS
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 
 
-def _is_prose(paragraph: str) -> bool:
-    if any(line.startswith((" ", "\t")) for line in paragraph.splitlines()):
-        return False  # indented blocks are code or grammar
-    return len(paragraph.split()) >= 8 and paragraph.rstrip().endswith((".", ":", "?", "!"))
-
-
 @cache
 def _unique_paragraphs() -> tuple[tuple[str, str, str], ...]:
-    """(split, title, paragraph); a paragraph repeated across topics is kept only once,
-    in its first topic, so no text is shared between splits."""
+    """(split, title, prose paragraph); a paragraph repeated across topics is kept only in its
+    first topic, so no text is shared between splits."""
     from pydoc_data.topics import topics
 
-    seen: set[str] = set()
-    out = []
+    found: dict[str, tuple[str, str, str]] = {}
     for index, (_, text) in enumerate(sorted(topics.items())):
         # a deterministic split by topic: 20% test, 10% validation, 70% train
         split = {0: "test", 1: "test", 2: "validation"}.get(index % 10, "train")
         title = text.strip().splitlines()[0].strip()
         for block in re.split(r"\n\s*\n", text):
-            if set(block.strip()) <= {"*", "-", "="} or not _is_prose(block):
-                continue
-            paragraph = " ".join(block.split())
-            if paragraph not in seen:
-                seen.add(paragraph)
-                out.append((split, title, paragraph))
-    return tuple(out)
+            # indented blocks are code or grammar
+            code = any(line.startswith((" ", "\t")) for line in block.splitlines())
+            prose = len(block.split()) >= 8 and block.rstrip().endswith((".", ":", "?", "!"))
+            if prose and not code:
+                paragraph = " ".join(block.split())
+                found.setdefault(paragraph, (split, title, paragraph))
+    return tuple(found.values())
 
 
 def corpus_paragraphs(split: str | None = None) -> Iterator[tuple[str, str]]:

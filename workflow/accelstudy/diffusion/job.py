@@ -1,5 +1,4 @@
-"""One strong-scaling point as one Snakemake job: launch its ranks, write its record (also
-`does-not-fit`); any other failure leaves no record and fails the job."""
+"""One strong-scaling point as one job: its ranks, its record (also `does-not-fit`)."""
 
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,7 @@ GAUDI_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}  # the
 
 
 def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags: Any) -> dict:
-    """Train one (devices, repeat) point of the fixed work; write its record. `flags`: the
-    PointJob's (study, system, threads, out, device_kind)."""
+    """Train one (devices, repeat) point of the fixed work; write its record."""
     job = PointJob(**flags)
     data_card = read_record(card)  # the data card: plain JSON
     args = ["--point", point.to_json(), "--data", str(data), "--samples", str(samples)]

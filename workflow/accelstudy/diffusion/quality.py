@@ -1,7 +1,4 @@
-"""Image quality of super-resolved images against the truth: PSNR and SSIM (scikit-image's).
-
-Images live in [-1, 1], so the data range is 2. SSIM is Wang et al. (2004) with the
-Gaussian window (sigma 1.5) and its sample covariance, as their reference code computes it."""
+"""PSNR and SSIM (scikit-image's; SSIM as Wang et al. 2004's code) of images in [-1, 1]."""
 
 import numpy as np
 import torch
@@ -23,5 +20,4 @@ def ssim(image: np.ndarray, truth: np.ndarray) -> float:
 def scores(images: torch.Tensor, truths: torch.Tensor) -> dict[str, float]:
     """Mean PSNR (dB) and SSIM over a batch of (N, 1, H, W) images."""
     pairs = list(zip(images[:, 0].double().numpy(), truths[:, 0].double().numpy(), strict=True))
-    metrics = {"psnr": psnr, "ssim": ssim}
-    return {name: float(np.mean([f(i, t) for i, t in pairs])) for name, f in metrics.items()}
+    return {f.__name__: float(np.mean([f(i, t) for i, t in pairs])) for f in (psnr, ssim)}

@@ -1,8 +1,4 @@
-"""SR3 (Saharia et al. 2021, as Janspiry's PyTorch port) on diffusers' parts.
-
-UNet2DModel takes [up-sampled low-res, noisy high-res] and SR3's continuous noise level
-sqrt(alpha_bar) as its "timestep"; training draws that level between two steps' and takes
-the summed L1 on the noise, as the port does. Evaluation samples with a short DDIM schedule."""
+"""SR3 (Saharia et al. 2021; Janspiry's port) on diffusers' UNet, its timestep the noise level."""
 
 import math
 from collections.abc import Mapping
@@ -10,13 +6,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from diffusers import DDIMScheduler, DDPMScheduler, UNet2DModel
 from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
 
 
 def build_unet(model: Mapping[str, Any], hr_size: int):
     """SR3's UNet: in 2 channels (condition, noisy image), out 1 (the predicted noise)."""
-    from diffusers import UNet2DModel
-
     inner, multipliers = model["inner_channels"], model["channel_multipliers"]
     attention = set(model["attention_resolutions"])
     has_attention = [hr_size // 2**i in attention for i in range(len(multipliers))]
@@ -30,8 +26,6 @@ def build_unet(model: Mapping[str, Any], hr_size: int):
 
 def scheduler(schedule: Mapping[str, Any]):
     """SR3's linear noise schedule as diffusers' DDPM scheduler."""
-    from diffusers import DDPMScheduler
-
     betas = dict(beta_start=schedule["beta_start"], beta_end=schedule["beta_end"])
     return DDPMScheduler(num_train_timesteps=schedule["steps"], beta_schedule="linear", **betas)
 
@@ -63,8 +57,6 @@ def training_loss(unet, table: Tensor, hr: Tensor, condition: Tensor) -> Tensor:
 @torch.no_grad()
 def super_resolve(unet, noise_schedule, lr: Tensor, size: int, steps: int, seed: int = 0) -> Tensor:
     """SR images from low-res inputs by DDIM over `steps` of the training schedule."""
-    from diffusers import DDIMScheduler
-
     ddim = DDIMScheduler.from_config(noise_schedule.config, clip_sample=True)
     ddim.set_timesteps(steps)
     condition = upsample(lr, size)
@@ -83,8 +75,6 @@ def parameter_count(unet) -> int:
 
 def flops_per_image(unet, table: Tensor, hr: Tensor, condition: Tensor) -> int:
     """FLOPs of one training step (forward and backward) per image, counted by torch."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     counter = FlopCounterMode(display=False)
     with counter:
         training_loss(unet, table, hr, condition).backward()

@@ -1,8 +1,4 @@
-"""One strong-scaling point on this rank: `python -m accelstudy.diffusion.train --point JSON
---data PAIRS.npz --out RESULT.json --samples PANEL.npz`, under a launcher or alone.
-
-The authors' SR3 port as a plain loop: DDP, a distributed sampler, Adam, nothing else timed;
-fixed work `total_iterations` = iterations x ranks, then rank 0 checks quality (untimed)."""
+"""One strong-scaling point on this rank: the authors' SR3 loop (DDP, Adam) over fixed work."""
 
 import argparse
 import functools
@@ -46,7 +42,6 @@ def batches(loader: DataLoader, sampler: DistributedSampler):
 
 
 def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measured:
-    """Train this rank's share of the fixed work; rank 0 also checks the quality."""
     device = resolve(point.device or "auto")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if device.kind == "hpu":

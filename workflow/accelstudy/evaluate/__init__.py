@@ -1,5 +1,4 @@
-"""Evaluation, one entry point: perplexity and multiple-choice accuracy of a model on a task
-under a named protocol (the paper's or lm-eval's), with throughput and peak memory."""
+"""One entry point: perplexity or multiple-choice accuracy under a protocol, throughput, memory."""
 
 from typing import Any
 

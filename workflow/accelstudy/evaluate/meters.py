@@ -26,9 +26,6 @@ class Meter:
         self.device.synchronize()
         self.wall_time_s = time.perf_counter() - self._start
 
-    def add(self, tokens: int) -> None:
-        self.tokens += int(tokens)
-
     def metrics(self) -> dict[str, float | int]:
         out = {"wall_time_s": round(self.wall_time_s, 4), "tokens": self.tokens}
         out["tokens_per_s"] = round(self.tokens / self.wall_time_s, 2) if self.wall_time_s else 0.0

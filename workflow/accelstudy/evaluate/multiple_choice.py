@@ -27,10 +27,9 @@ class ItemResult:
 def tokenize_request(
     tokenizer: Tokenizer, request: ChoiceRequest, spec: ChoiceProtocol, max_length: int
 ) -> Item:
-    """Context tokens and each continuation's (lm-eval's split of the whole string). Right
-    truncation (the authors' scripts) keeps each scored text's first `max_length` tokens, so a
-    continuation may lose all (it then scores -inf); lm-eval truncates left, in `score_items`."""
-    pairs = [encode_pair(tokenizer, request.context, c, spec.name) for c in request.continuations]
+    """Context and continuation tokens (lm-eval's split). Right truncation (the authors' scripts)
+    keeps a text's first `max_length` tokens, a choice maybe none (-inf); left is in score_items."""
+    pairs = [encode_pair(tokenizer, request.context, " " + c, spec.name) for c in request.choices]
     context, continuations = pairs[0][0], [cont for _, cont in pairs]
     if spec.truncation == "right":
         room = max(max_length - len(context), 0)
@@ -41,9 +40,8 @@ def tokenize_request(
 def score_items(
     model: torch.nn.Module, tokenized: list[Item], max_length: int, desc: str = "items"
 ) -> list[list[Score]]:
-    """Scores of every item, in order: those that fit by shared-context scoring in batches of
-    similar context length; the rare one longer than `max_length` as lm-eval truncates it, each
-    continuation keeping the last `max_length + 1` tokens of its own (context + continuation)."""
+    """Every item's scores: shared-context, batched by context length; one over `max_length` as
+    lm-eval truncates it (each choice keeps the last max_length + 1 of its context + choice)."""
     scores: dict[int, list[Score]] = {}
     fits = [all(len(ctx) + len(c) - 1 <= max_length for c in conts) for ctx, conts in tokenized]
     for i in (i for i, ok in enumerate(fits) if not ok):
@@ -51,9 +49,8 @@ def score_items(
         wholes = [((context + c)[-(max_length + 1) :], c) for c in conts]
         scores[i] = [score_shared_context(model, w[: len(w) - len(c)], [c])[0] for w, c in wholes]
     fitting = sorted([i for i, ok in enumerate(fits) if ok], key=lambda i: len(tokenized[i][0]))
-    # Several items per batch pays when every continuation is one token (BoolQ: no second
-    # pass). With endings of varied length, padding them to the longest in a many-item batch
-    # costs more than the batching saves (bench/multiple_choice.py), so items go one by one.
+    # Batching items pays when every continuation is one token (BoolQ: no second pass); padding
+    # varied endings costs more than batching saves (bench/multiple_choice.py): one by one then.
     single_tokens = all(len(c) == 1 for _, conts in tokenized for c in conts)
     step = ITEMS_PER_BATCH if single_tokens else 1
     for start in tqdm(range(0, len(fitting), step), desc=desc, unit="batch", mininterval=5):
@@ -65,9 +62,7 @@ def score_items(
 
 def _argmax(values: np.ndarray, tie_break: int | None) -> int:
     best = np.flatnonzero(values == values.max())
-    if tie_break is not None and len(best) > 1 and tie_break in best:
-        return int(tie_break)
-    return int(best[0])
+    return int(tie_break) if tie_break is not None and tie_break in best else int(best[0])
 
 
 def decide(request: ChoiceRequest, scores: list[Score], protocol: ChoiceProtocol) -> ItemResult:
@@ -98,8 +93,7 @@ def evaluate_multiple_choice(
     requests = [spec.build(row) for row in rows]
     tokenized = [tokenize_request(tokenizer, r, spec, max_length) for r in requests]
     scores = score_items(model, tokenized, max_length, f"{task}/{protocol}")
-    for context, continuations in tokenized:
-        meter.add(len(context) + sum(max(len(c) - 1, 0) for c in continuations))
+    meter.tokens += sum(len(ctx) + sum(max(len(c) - 1, 0) for c in cs) for ctx, cs in tokenized)
     items = [decide(r, item_scores, spec) for r, item_scores in zip(requests, scores, strict=True)]
     gold = np.array([i.gold for i in items])
 
@@ -107,9 +101,8 @@ def evaluate_multiple_choice(
         return float(np.mean(np.array(predictions) == gold))
 
     metrics = {"items": len(items), "acc": share([i.prediction for i in items])}
-    for name in spec.ties:  # BoolQ paper: the same items under each of its tie rules
-        if name != "acc":
-            metrics[name] = share([i.predictions[name] for i in items])
+    # BoolQ paper: the same items under each of its tie rules
+    metrics |= {n: share([i.predictions[n] for i in items]) for n in spec.ties if n != "acc"}
     if spec.normalisation == "none":
         metrics["acc_norm"] = share([i.prediction_norm for i in items])
     metrics["accuracy"] = metrics[spec.quoted]

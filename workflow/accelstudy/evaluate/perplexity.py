@@ -18,10 +18,9 @@ GROUP_TEXTS_ROWS = 1000  # datasets.map's default batch, within which group_text
 
 
 def paper_blocks(tokenizer: Tokenizer, rows: list, size: int, limit: int | None) -> torch.Tensor:
-    """The authors' blocks: `tokenizer(text)` per row (empty rows too, with the tokenizer's
-    default special tokens), then HF's `group_texts` per 1,000-row batch of `datasets.map`:
-    each batch is concatenated and cut into blocks on its own and its remainder dropped, so
-    no block spans a batch boundary. The first `limit` blocks are kept."""
+    """The authors' blocks, the first `limit`: `tokenizer(text)` per row (empty ones too, default
+    special tokens), then HF's `group_texts` per 1,000-row `datasets.map` batch: each batch cut on
+    its own, its remainder dropped (no block spans batches)."""
     blocks: list[list[int]] = []
     for start in range(0, len(rows), GROUP_TEXTS_ROWS):
         texts = [row["text"] for row in rows[start : start + GROUP_TEXTS_ROWS]]
@@ -29,15 +28,14 @@ def paper_blocks(tokenizer: Tokenizer, rows: list, size: int, limit: int | None)
         blocks.extend(ids[i : i + size] for i in range(0, len(ids) - size + 1, size))
         if limit is not None and len(blocks) >= limit:
             break
-    blocks = blocks[:limit] if limit is not None else blocks
+    blocks = blocks[:limit]
     if not blocks:
         raise ValueError(f"no {GROUP_TEXTS_ROWS}-row batch holds {size} tokens: no block")
     return torch.tensor(blocks)
 
 
 def shifted_cross_entropy(logits: torch.Tensor, batch: torch.Tensor) -> tuple[float, int]:
-    """Summed next-token cross-entropy of (B, T, V) logits and the number of targets. The last
-    position gets an ignored target: slicing the logits would copy the whole (B, T-1, V)."""
+    """Summed next-token loss and target count (last target ignored: slicing would copy logits)."""
     targets = torch.cat([batch[:, 1:], torch.full_like(batch[:, :1], -100)], dim=1).flatten()
     flat = logits.flatten(0, 1).float()
     loss = F.cross_entropy(flat, targets, reduction="sum", ignore_index=-100)
@@ -57,7 +55,7 @@ def paper(model: nn.Module, blocks: torch.Tensor, batch_size: int, meter: Meter)
         batch = blocks[start : start + batch_size].to(device)
         loss, n = block_loss(model, batch)
         total, count = total + loss, count + n
-        meter.add(batch.numel())
+        meter.tokens += batch.numel()
     return {"perplexity": math.exp(total / count), "blocks": len(blocks), "nll": total / count}
 
 
@@ -91,16 +89,14 @@ def rolling_loglikelihood(
         logprobs = F.log_softmax(model(inputs).logits[0].float(), dim=-1)
         targets = torch.tensor(continuation, device=device)
         total += float(logprobs[-len(continuation) :].gather(1, targets[:, None]).double().sum())
-        meter.add(inputs.numel())
+        meter.tokens += inputs.numel()
     return total
 
 
 def lm_eval(
     model: nn.Module, tokenizer: Tokenizer, docs: list[str], meter: Meter, max_length: int
 ) -> dict:
-    """lm-eval's `wikitext` task: each page scored after lm-eval's own detokenizer, words
-    and bytes counted on the raw page by its own process_results, aggregated by its own
-    weighted perplexity and bits per byte."""
+    """lm-eval's `wikitext`: its detokenizer, process_results, weighted perplexity and bits/byte."""
     results: dict[str, list[tuple[float, int]]] = {}
     n_tokens = 0
     for page in tqdm(docs, desc="rolling perplexity", unit="doc"):

@@ -1,6 +1,4 @@
-"""Task templates: how a HellaSwag or BoolQ row becomes a context and its choices per (task,
-protocol), as lm-evaluation-harness tasks, and how a protocol tokenises text. The paper's and
-lm-eval's differ in text, tokenisation and normalisation; a record names which it used."""
+"""HellaSwag and BoolQ rows to a context and choices per (task, protocol); how each tokenises."""
 
 import re
 from collections.abc import Callable
@@ -26,10 +24,6 @@ class ChoiceRequest:
     choices: list[str]
     gold: int
 
-    @property
-    def continuations(self) -> list[str]:
-        return [" " + c for c in self.choices]
-
 
 def _hellaswag(context: str, row: dict) -> ChoiceRequest:
     endings = [hellaswag_clean(e) for e in row["endings"]]
@@ -37,16 +31,14 @@ def _hellaswag(context: str, row: dict) -> ChoiceRequest:
 
 
 def hellaswag_paper(row: dict) -> ChoiceRequest:
-    """The scripts' context: the raw `ctx` field, cleaned (ctx_b keeps its lower-case first
-    letter), no activity label; ' ' + ending. A file without `ctx` gets ctx_a + ' ' + ctx_b,
-    as the HF set builds `ctx`."""
+    """The scripts' context: `ctx` as is (ctx_b keeps its lower-case first letter; without `ctx`,
+    ctx_a + ' ' + ctx_b, as HF builds it), cleaned, no activity label; ' ' + ending."""
     return _hellaswag(row.get("ctx") or row["ctx_a"] + " " + row["ctx_b"], row)
 
 
 def hellaswag_lm_eval(row: dict) -> ChoiceRequest:
     """lm-eval's `hellaswag`: activity label prefixed, then the cleaned ctx."""
-    context = row["ctx_a"] + " " + row["ctx_b"].capitalize()
-    return _hellaswag(row["activity_label"] + ": " + context, row)
+    return _hellaswag(f"{row['activity_label']}: {row['ctx_a']} {row['ctx_b'].capitalize()}", row)
 
 
 def boolq_paper(row: dict) -> ChoiceRequest:
@@ -62,9 +54,8 @@ def boolq_lm_eval(row: dict) -> ChoiceRequest:
 
 
 FIRST_INDEX = {"acc": None}  # np.argmax: the first best choice wins a tie
-# The authors' BoolQ scripts differ only in ties (both scores -inf included): the Gaudi
-# scripts predict yes only if yes > no, the A100 scripts if yes >= no. Both are recorded;
-# the first is the protocol's `accuracy`.
+# The authors' BoolQ scripts differ in ties (both -inf too): Gaudi's say yes only if yes > no,
+# A100's if yes >= no. Both are recorded; the first is the protocol's `accuracy`.
 BOOLQ_TIES = {"acc_ties_no": 1, "acc_ties_yes": 0}
 
 
@@ -97,9 +88,8 @@ def lm_eval_prefix(tokenizer: Tokenizer) -> int:
 
 
 def encode(tokenizer: Tokenizer, text: str, protocol: str = "paper") -> list[int]:
-    """`tokenizer(text)` with the tokenizer's default special tokens, as the authors' scripts
-    (BOS for TinyLlama, nothing for SmolLM2) and lm-eval's HFLM do; under lm-eval none where
-    the text already starts with its prefix token."""
+    """`tokenizer(text)` with default special tokens (TinyLlama: BOS, SmolLM2: none) as the scripts
+    and lm-eval's HFLM do; under lm-eval none where the text already starts with its prefix."""
     if protocol == "lm-eval" and has_bos_prefix(text, tokenizer.decode(lm_eval_prefix(tokenizer))):
         return tokenizer.encode(text, add_special_tokens=False)
     return tokenizer.encode(text)
@@ -108,10 +98,7 @@ def encode(tokenizer: Tokenizer, text: str, protocol: str = "paper") -> list[int
 def encode_pair(
     tokenizer: Tokenizer, context: str, continuation: str, protocol: str = "paper"
 ) -> tuple[list[int], list[int]]:
-    """Split the tokens of context+continuation at the context's own token count, as lm-eval
-    does: trailing spaces move to the continuation, and the whole string is encoded once."""
-    stripped = context.rstrip()
-    context, continuation = stripped, context[len(stripped) :] + continuation
+    """lm-eval's split: the whole string encoded once, cut at context.rstrip()'s token count."""
     whole = encode(tokenizer, context + continuation, protocol)
-    context_ids = encode(tokenizer, context, protocol)
+    context_ids = encode(tokenizer, context.rstrip(), protocol)
     return context_ids, whole[len(context_ids) :]

@@ -1,6 +1,5 @@
-"""Log-likelihood of continuations given a context: `score_shared_contexts` runs each context
-once and scores every continuation from its KV cache, for the same numbers as the references
-that run each (context + continuation) in full (`score_separately`, `score_padded_batch`)."""
+"""Continuation log-likelihoods: `score_shared_contexts` scores each from its context's KV cache,
+as the references that run each in full do (`score_separately`, `score_padded_batch`)."""
 
 import inspect
 from dataclasses import dataclass
@@ -48,12 +47,10 @@ Item = tuple[list[int], list[list[int]]]  # (context tokens, each continuation's
 
 @torch.inference_mode()
 def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Score]]:
-    """Score every item's continuations, each context run once, several items per batch.
-    1. The contexts run as one right-padded batch; the KV cache keeps every position and only
-       each context's last hidden state goes through the LM head.
-    2. Each item's cache rows are repeated per continuation; the continuations (minus their last
-       token) run as one batch on top, position ids continuing each context, the attention mask
-       hiding the other contexts' padding. Their own padding is on the right: no token sees it."""
+    """Score every item's continuations, each context run once, several items per batch: the
+    contexts run as one right-padded batch (only their last hidden states through the LM head); the
+    continuations but their last token run on top of each item's repeated cache rows, positions
+    continuing each context, the mask hiding context padding (their own is on the right: unseen)."""
     device = next(model.parameters()).device
     contexts = [context for context, _ in items]
     lengths = torch.tensor([len(c) for c in contexts], device=device)
@@ -90,7 +87,6 @@ def score_shared_context(model: nn.Module, ctx: list[int], conts: list[list[int]
     return score_shared_contexts(model, [(ctx, conts)])[0]
 
 
-@torch.inference_mode()
 def score_separately(model: nn.Module, context: list[int], conts: list[list[int]]) -> list[Score]:
     """Reference: one full forward pass per (context + continuation)."""
     return [score_padded_batch(model, context, [c])[0] for c in conts]

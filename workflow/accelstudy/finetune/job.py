@@ -1,22 +1,17 @@
-"""One fine-tuning point as one Snakemake job: plan its memory, launch its ranks, write its record.
-
-A point predicted not to fit its cards or its node's host RAM is recorded unlaunched
-(`predicted-does-not-fit`, `held_out_for` which) when the config asks; one whose ranks run out
-of memory is recorded (`does-not-fit`) and the job succeeds, so the sweep goes on. Any other
-failure fails the job with no record: a retry starts afresh."""
+"""One fine-tuning point as one job: plan, launch, record (also where it does not fit)."""
 
 import importlib.util
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoModelForCausalLM
 
 from accelstudy.data.sources import describe_source, read_source
 from accelstudy.finetune.planner import fit_check, load_config
 from accelstudy.finetune.strategies import gaudi_env
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import FinetunePoint
-from accelstudy.snapshots import identity, weights_dir
+from accelstudy.snapshots import identity
 
 WORKER = "accelstudy.finetune.train"
 
@@ -26,8 +21,7 @@ def unsupported(point: FinetunePoint, model_dir: Path, device_kind: str) -> str 
     if point.strategy == "zero3" and importlib.util.find_spec("deepspeed") is None:
         return "zero3 needs DeepSpeed, which is not installed"
     if point.attention == "fused" and device_kind != "hpu":
-        config = AutoConfig.from_pretrained(str(weights_dir(model_dir)))
-        model_class = AutoModelForCausalLM._model_mapping[type(config)]
+        model_class = AutoModelForCausalLM._model_mapping[type(load_config(model_dir))]
         if not getattr(model_class, "_supports_sdpa", False):
             return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"
     return None
@@ -36,8 +30,7 @@ def unsupported(point: FinetunePoint, model_dir: Path, device_kind: str) -> str 
 def run(
     *, model_name: str, model_dir: Path, point: FinetunePoint, data_source: str, **flags: Any
 ) -> dict[str, Any]:
-    """Plan, then (unless predicted not to fit) train one point; write its record. `flags`: the
-    PointJob's (study, system, threads, out, device_kind)."""
+    """Plan, then (unless predicted not to fit) train one point; write its record."""
     job = PointJob(**flags)
     # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
     ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind

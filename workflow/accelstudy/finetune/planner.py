@@ -1,11 +1,5 @@
-"""Predict a fine-tuning point's per-card peak memory, and its node's host RAM, from the
-model's config alone.
-
-The model is built on the meta device (shapes, no weights), so the paper's 8B, 27B and 70B
-models are planned offline from resources/models/*/config.json. Model states follow from the
-strategy and card count (DDP replicates them, FSDP and ZeRO-3 split them), activations from
-the shapes of one micro-batch; a stated overhead covers the runtime itself. On the host, every
-rank first loads weights (all of them, its ZeRO-3 partition, or for FSDP rank 0 alone)."""
+"""A fine-tuning point's per-card peak memory and its node's host RAM from the model's config
+alone (meta device), so the paper's 8B-70B models plan offline from resources/models."""
 
 import math
 from collections.abc import Mapping
@@ -15,8 +9,10 @@ from typing import Any
 
 import psutil
 import torch
+import yaml
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
+from accelstudy.config import validate_config
 from accelstudy.errors import ConfigError
 from accelstudy.paths import RESOURCES, SYSTEMS
 from accelstudy.points import FinetunePoint, finetune_cells, finetune_point
@@ -24,27 +20,20 @@ from accelstudy.snapshots import weights_dir
 from accelstudy.systems import System, load_system
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# The process and framework beyond the tensors counted here, stated, not fitted per point.
-# cpu: allocator slack, thread pools, oneDNN's reordered bf16 weights; cuda: context and
-# cuBLAS workspaces; hpu: the graph runtime.
+# Beyond the tensors counted here, stated, not fitted per point: cpu, allocator slack, thread
+# pools, oneDNN's reordered bf16 weights; cuda, context and cuBLAS workspaces; hpu, the runtime.
 FRAMEWORK_OVERHEAD = {"cpu": 0.3e9, "cuda": 1.0e9, "hpu": 2.0e9}
 ZERO3_PERSISTENCE = 100_000  # DeepSpeed's default stage3_param_persistence_threshold
-# A rank's process on the host before any weights: the interpreter with torch, transformers,
-# accelerate, peft and DeepSpeed imported (cpu: 0.55-0.6 GB measured here in 2026-11), plus
-# CUDA's or Habana's runtime libraries and context. Stated, not fitted per point.
+# A rank's process before any weights: Python with our imports (cpu: 0.55-0.6 GB measured here
+# in 2026-11), plus CUDA's or Habana's runtime libraries and context. Stated, not fitted.
 HOST_PROCESS = {"cpu": 0.6e9, "cuda": 3.0e9, "hpu": 4.0e9}
-# what a zero.Init rank reads at once: one checkpoint file (save_pretrained's default shard)
-CHECKPOINT_SHARD = 5e9
+CHECKPOINT_SHARD = 5e9  # what a zero.Init rank reads at once: save_pretrained's default shard
 TOKEN_COLUMNS = 3  # a training block: input_ids, labels, attention_mask (int64 each)
-
-
 _META_MODELS: dict[str, torch.nn.Module] = {}  # meta_model's, by config
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Predicted bytes per card, by kind."""
-
     parameters: int
     gradients: int
     optimizer: int
@@ -69,10 +58,6 @@ class MemoryPlan:
 
 @dataclass(frozen=True)
 class HostPlan:
-    """Predicted host RAM of the node that holds rank 0 (the busiest), bytes per rank: its
-    process, the larger of what it loads (before sharding or moving to the card) and what it
-    keeps in host RAM (a cpu device's tensors), and the training blocks it builds."""
-
     per_rank: tuple[int, ...]
 
     @property
@@ -93,8 +78,7 @@ def load_config(model: str | Path) -> PretrainedConfig:
 
 
 def meta_model(config: PretrainedConfig) -> torch.nn.Module:
-    """The model's shapes without its weights, built once per config (a plan of the paper's
-    sweep asks for each model hundreds of times)."""
+    """Built once per config: a plan of the paper's sweep asks for each model hundreds of times."""
     key = config.to_json_string()
     if key not in _META_MODELS:
         with torch.device("meta"):
@@ -103,17 +87,15 @@ def meta_model(config: PretrainedConfig) -> torch.nn.Module:
 
 
 def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str, int]:
-    """What one rank holds, tensor by tensor (LoRA's A, rank x in, and B, out x rank, beside each
-    targeted Linear), as the worker counts it (strategies.held_bytes). Everything takes the run's
-    dtype (adapters are cast to it, as the authors' script did) except FSDP's trainable tensors,
-    which its mixed precision keeps in FP32. FSDP shards every tensor; ZeRO-3 partitions every
-    tensor but keeps those under its persistence threshold whole on every rank, and its optimizer
-    works on FP32 master partitions (4 + 8 bytes)."""
+    """What one rank holds, as strategies.held_bytes counts it, in the run's dtype (adapters cast
+    to it, as the authors') but FSDP's trainable tensors (FP32). ZeRO-3 keeps tensors under its
+    persistence threshold whole; its optimizer works on FP32 master partitions (4 + 8 bytes)."""
     tensors = [(p.numel(), point.method == "full") for p in model.parameters()]
     if point.method == "lora":
         rank, targets = point.lora.rank, point.lora.targets
         for name, module in model.named_modules():
             if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets:
+                # LoRA's A (rank x in) and B (out x rank)
                 tensors += [(rank * module.in_features, True), (module.out_features * rank, True)]
     width, n, strategy = BYTES[point.dtype], point.cards, point.strategy
     persistence = point.zero3_persistence_threshold
@@ -135,19 +117,15 @@ def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str,
 
 
 def activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
-    """Tensors autograd keeps for the backward pass of one micro-batch, per card (sharding does
-    not split them). Per decoder layer and token: both norms' inputs and outputs (4h), q, k, v
-    (h + 2kv), q and k after RoPE (h + kv), k and v repeated per query head (2h), attention
-    output and o_proj's input (2h), LoRA's dropped-out inputs (h per target), the MLP's gate,
-    up, activation and product (4i); eager attention adds the (heads x seq x seq) scores, their
-    FP32 softmax and its copy. Logits: the run's dtype, then FP32 thrice (loss, log-softmax,
-    gradient)."""
-    b, s = point.per_device_batch, point.max_seq_length
+    """What autograd keeps of one micro-batch, per card. Per layer and token: both norms' inputs
+    and outputs (4h), q, k, v (h + 2kv), q and k after RoPE (h + kv), k and v per query head (2h),
+    attention output and o_proj's input (2h), LoRA's inputs (h per target), the MLP's 4i; eager
+    attention adds the scores and their FP32 softmax twice. Logits: the dtype, then FP32 thrice."""
+    b, s, width = point.per_device_batch, point.max_seq_length, BYTES[point.dtype]
     h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or h // heads
     q, kv = heads * head_dim, config.num_key_value_heads * head_dim
-    width = BYTES[point.dtype]
     lora = len(point.lora.targets) * h if point.method == "lora" else 0
     per_token = 4 * h + (q + 2 * kv) + (q + kv) + 2 * q + 2 * h + lora + 4 * i
     per_layer = b * s * per_token * width
@@ -157,41 +135,31 @@ def activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
 
 
 def plan(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryPlan:
-    """Per-card bytes of one point on a `device` kind: model states (`model_state_bytes`),
-    what a sharded rank gathers at once (the unwrapped rest and two decoder layers, the
-    current and the prefetched next), activations and the framework overhead."""
+    """Per-card bytes; a sharded rank gathers the unwrapped rest and two layers (now and next)."""
     model = meta_model(config)
-    states = model_state_bytes(model, point)
-    layers = model.get_decoder().layers  # a sharded rank gathers one (and the next) at a time
+    states = model_state_bytes(model, point) | {"activations": activation_bytes(config, point)}
+    layers = model.get_decoder().layers
     layer = sum(p.numel() for p in layers[0].parameters())
     rest = sum(p.numel() for p in model.parameters()) - len(layers) * layer
     sharded = point.strategy != "ddp" and point.cards > 1
     gathered = (rest + 2 * layer) * BYTES[point.dtype] if sharded else 0
-    activations = activation_bytes(config, point)
-    overhead = int(FRAMEWORK_OVERHEAD[device])
-    return MemoryPlan(**states, gathered=gathered, activations=activations, overhead=overhead)
+    return MemoryPlan(**states, gathered=gathered, overhead=int(FRAMEWORK_OVERHEAD[device]))
 
 
 def plan_host(
     config: PretrainedConfig, point: FinetunePoint, device: str, ranks_per_node: int
 ) -> HostPlan:
-    """Host bytes of rank 0's node. Loaded weights, in the run's dtype: DDP, every rank all of
-    them; ZeRO-3 (zero.Init), its partition plus the checkpoint file being read; FSDP, rank 0
-    alone (accelerate's RAM-efficient loading; the others start from untouched empty tensors),
-    except on Gaudi, where every rank loads, as the authors' FSDP did."""
+    """Rank 0's node (the busiest), per rank: its process, the larger of the weights it loads
+    (ZeRO-3: its partition and a file read; FSDP: rank 0, all on Gaudi) and a cpu plan, its data."""
     weights = sum(p.numel() for p in meta_model(config).parameters()) * BYTES[point.dtype]
     blocks = point.max_steps * point.samples_per_step * point.cards
     data = blocks * point.max_seq_length * TOKEN_COLUMNS * 8
     resident = plan(config, point, device).total if device == "cpu" else 0
-    per_rank = []
-    for rank in range(ranks_per_node):
-        loads = {
-            "ddp": weights,
-            "zero3": math.ceil(weights / point.cards) + min(weights, int(CHECKPOINT_SHARD)),
-            "fsdp": weights if rank == 0 or device == "hpu" else 0,
-        }[point.strategy]
-        per_rank.append(int(HOST_PROCESS[device]) + max(loads, resident) + data)
-    return HostPlan(tuple(per_rank))
+    zero3 = math.ceil(weights / point.cards) + min(weights, int(CHECKPOINT_SHARD))
+    loads = [{"ddp": weights, "zero3": zero3, "fsdp": weights}[point.strategy]] * ranks_per_node
+    if point.strategy == "fsdp" and device != "hpu":  # rank 0 alone loads
+        loads[1:] = [0] * (ranks_per_node - 1)
+    return HostPlan(tuple(int(HOST_PROCESS[device]) + max(w, resident) + data for w in loads))
 
 
 def memory_per_card(system: System, cards: int) -> float:
@@ -211,8 +179,7 @@ def host_memory(system: System) -> float | None:
 def fit_check(
     config: PretrainedConfig, point: FinetunePoint, system: System, device: str
 ) -> tuple[dict[str, Any], str]:
-    """The point's card and host plans against the system's memory (a record's metrics), and
-    what a point predicted not to fit would overflow: "card", "host", both, or "" (it fits)."""
+    """The point's plans against the system's memory, and what it would overflow ("" if none)."""
     card = plan(config, point, device)
     host = plan_host(config, point, device, system.layout(point.cards)[1])
     budget, host_budget = memory_per_card(system, point.cards), host_memory(system)
@@ -226,15 +193,13 @@ def fit_check(
 def plan_point(
     model: str | Path, device: str, batch: int = 2, seq_len: int = 512, **point: Any
 ) -> MemoryPlan:
-    """`accelstudy plan-memory`: a model directory or resources/models name, a device kind, the
-    batch per device, the sequence length and the point's other fields (FinetunePoint's)."""
+    """`accelstudy plan-memory`: `point` holds FinetunePoint's other fields."""
     workload = FinetunePoint(per_device_batch=batch, max_seq_length=seq_len, **point)
     return plan(load_config(model), workload, device)
 
 
 def model_source(config: Mapping[str, Any], model: str) -> Path:
-    """Where a study's model config is: resources/models/<name> (the paper's models, planned
-    offline), else the study's prepared model."""
+    """resources/models/<name> (the paper's models, planned offline), else the prepared model."""
     prepared = Path(config["results_dir"], config["study"], "models", model)
     for path in (RESOURCES / "models" / model, prepared):
         if (weights_dir(path) / "config.json").is_file():
@@ -246,12 +211,10 @@ def model_source(config: Mapping[str, Any], model: str) -> Path:
 
 
 def plan_sweep(config: Mapping[str, Any], system: System) -> list[dict[str, Any]]:
-    """Every fine-tuning point of a study (repeats once) on `system`: its card and host plans
-    against the system's memory and what it would be held out for."""
+    """Every fine-tuning point of a study (repeats once) on `system`, with its plans' verdict."""
     rows, offered = [], system.per_node * system.nodes
     for cell in dict.fromkeys(c._replace(repeat=0) for c in finetune_cells(config)):
-        row = {**cell._asdict(), "system": system.name}
-        del row["repeat"]
+        row = {k: v for k, v in cell._asdict().items() if k != "repeat"} | {"system": system.name}
         if cell.cards > offered:
             rows.append(row | {"held_out_for": f"beyond the system's {offered} cards"})
             continue
@@ -266,12 +229,8 @@ def plan_sweep(config: Mapping[str, Any], system: System) -> list[dict[str, Any]
 
 
 def plan_study(configfile: Path, system: list[str], every_point: bool) -> None:
-    """`accelstudy plan`: per system (default: every config/systems file), the fine-tuning
-    points a study's sweep would hold out for card or host memory, the rest counted."""
+    """`accelstudy plan`: per system (default: all), the points held out for memory."""
     import pandas as pd
-    import yaml
-
-    from accelstudy.config import validate_config
 
     config = validate_config(yaml.safe_load(Path(configfile).read_text()) or {})
     for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):

@@ -1,9 +1,4 @@
-"""DDP, ZeRO-3 and FSDP as the authors configured them, made real on CPU (gloo) as well.
-
-The Trainer alone quietly degrades two on a CPU: accelerate enables FSDP on accelerators only
-(`StrategyTrainer` puts the plugin into its state), and with `use_cpu` it drops DeepSpeed
-(`prepare_state` creates DeepSpeed's state on gloo first; the model then loads partitioned,
-zero.Init). On Gaudi the recipe goes to optimum-habana's GaudiTrainer, as the authors' did."""
+"""DDP, ZeRO-3 and FSDP as the authors configured them, on CPU (gloo) too; on Gaudi, theirs."""
 
 import os
 import sys
@@ -11,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import PartialState
+from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 from transformers import Trainer, TrainingArguments
 
 from accelstudy.paths import PROJECT_ROOT
@@ -21,28 +18,22 @@ PARAMETER_KEYS = ("params_trainable", "params_frozen", "params_whole_copies")
 STATE_KEYS = (*PARAMETER_KEYS, "grads", "master_fp32", "optimizer_states")
 BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 QUIET = dict(save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True)
-# The authors' FSDP in FSDP2 terms (decoder-layer auto wrap, FULL_SHARD, no offload; FSDP2 always
-# has their use_orig_params and BACKWARD_PRE). FSDP1 fails on one process with tied embeddings
-# (SmolLM2) when it falls back to NO_SHARD. RAM-efficient loading: rank 0 alone loads the
-# weights (train.load_model builds the others on the meta device) and accelerate broadcasts them.
+# The authors' FSDP in FSDP2 terms (FSDP2 always has their use_orig_params and BACKWARD_PRE);
+# FSDP1 fails on one process with tied embeddings (SmolLM2), falling back to NO_SHARD. Rank 0
+# alone loads the weights (RAM-efficient loading) and accelerate broadcasts them.
 FSDP2 = dict(version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", reshard_after_forward=True)
 FSDP2 |= dict(cpu_offload=False, cpu_ram_efficient_loading=True)
-# The authors' fsdp_config.json (optimum-habana's language-modeling example), whose keys
-# GaudiTrainingArguments reads without the file's `fsdp_` prefix (FULL_SHARD, auto wrap and no
-# offload come from `fsdp` itself)
+# The authors' fsdp_config.json (optimum-habana's language-modeling example) without its keys'
+# `fsdp_` prefix (FULL_SHARD, auto wrap and no offload come from `fsdp` itself)
 GAUDI_FSDP = dict(state_dict_type="FULL_STATE_DICT", use_orig_params=True, sync_module_states=True)
-GAUDI_FSDP |= dict(
-    activation_checkpointing=False, backward_prefetch="BACKWARD_PRE", forward_prefetch=False
-)
+GAUDI_FSDP |= dict(activation_checkpointing=False, backward_prefetch="BACKWARD_PRE")
+GAUDI_FSDP["forward_prefetch"] = False
 # Habana/llama's gaudi_config.json, shipped so that no run looks it up on the Hub
 GAUDI_CONFIG = PROJECT_ROOT / "envs" / "gaudi" / "gaudi_config.json"
 
 
 def process_env() -> dict[str, str]:
-    """Defaults for each rank's environment: this process's cores (its affinity mask, e.g. SLURM's
-    cpuset) split between the ranks on this node (torchrun's, Open MPI's or DeepSpeed's count),
-    not oversubscribed; DeepSpeed's JIT-compiled ops (the CPU shared-memory op) in one user cache
-    per Python and torch build, so that the op is compiled once, not once per job."""
+    """Each rank's share of this process's cores; DeepSpeed's JIT-compiled ops cached per build."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     keys = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE")
     local = next((int(os.environ[key]) for key in keys if key in os.environ), 1)
@@ -54,8 +45,7 @@ def process_env() -> dict[str, str]:
 
 
 def deepspeed_config(point: FinetunePoint) -> dict[str, Any]:
-    """The authors' ZeRO-3 settings (the Trainer fills in the batch sizes); parameters under the
-    persistence threshold stay whole on every rank: `zero3_persistence_threshold` 0 shards all."""
+    """The authors' ZeRO-3 settings; the Trainer fills in the batch sizes."""
     zero: dict[str, Any] = dict(stage=3, overlap_comm=False, contiguous_gradients=False)
     zero["stage3_gather_16bit_weights_on_model_save"] = True
     if point.zero3_persistence_threshold is not None:
@@ -66,23 +56,19 @@ def deepspeed_config(point: FinetunePoint) -> dict[str, Any]:
 
 
 def prepare_state(strategy: str, device_kind: str) -> None:
-    """ZeRO-3 on CPU: accelerate's DeepSpeed state on gloo, before any training argument.
-    Gaudi: optimum-habana's model classes (GaudiLlamaDecoderLayer...) replace transformers'
-    before the layer classes FSDP wraps are named and the model is built."""
+    """Before any training argument (whose `use_cpu` drops DeepSpeed): ZeRO-3 on CPU, DeepSpeed's
+    state on gloo; on Gaudi, optimum-habana's model classes, before FSDP's are named."""
     if device_kind == "hpu":
         from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
 
         adapt_transformers_to_gaudi()
     if strategy == "zero3" and device_kind == "cpu":
-        from accelerate import PartialState
-
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         PartialState(backend="gloo")
 
 
 def gaudi_mode(point: FinetunePoint) -> str:
-    """lazy, as the authors ran DDP and ZeRO-3; compile for FSDP, which on Gaudi runs only
-    under torch.compile, and wherever `gaudi_mode: compile` asks (their Gemma-2 comparison)."""
+    """lazy, as the authors ran DDP and ZeRO-3; compile for FSDP (Gaudi's needs it) or if asked."""
     compiled = point.strategy == "fsdp" or point.gaudi_mode == "compile"
     return "compile" if compiled else "lazy"
 
@@ -93,10 +79,8 @@ def gaudi_env(point: FinetunePoint) -> dict[str, str]:
 
 
 def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers: list[str]) -> Any:
-    """The authors' recipe on every device: constant lr (their warmup_ratio did nothing and is
-    not passed), torch's AdamW (Habana's fused AdamW keeps the same states), nothing evaluated
-    or saved unless `checkpoint_steps` asks (newest kept). On Gaudi GaudiTrainingArguments, as
-    their run_lora_clm.py took them: lazy mode or torch.compile."""
+    """The authors' recipe: constant lr (their warmup_ratio did nothing), torch's AdamW (Habana's
+    fused AdamW keeps the same states); on Gaudi GaudiTrainingArguments, as run_lora_clm.py."""
     kwargs: dict[str, Any] = dict(output_dir=str(out), seed=point.seed, **QUIET)
     kwargs["logging_steps"] = 1  # every step's loss, for the record
     kwargs.update(max_steps=point.max_steps, per_device_train_batch_size=point.per_device_batch)
@@ -132,10 +116,8 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
 
 
 def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwargs: Any) -> Any:
-    """StrategyTrainer; on Gaudi GaudiTrainer with the shipped Gaudi config, as run_lora_clm.py:
-    the model flags go on the generation config (where it reads them): fused attention is
-    Habana's flash attention with its causal mask, compiled runs go without fused RoPE (as the
-    authors' FSDP and compiled runs); FSDP also wraps each LoRA layer (peft's policy)."""
+    """StrategyTrainer; on Gaudi GaudiTrainer as run_lora_clm.py, its model flags (fused: Habana's
+    flash attention; compiled: no fused RoPE) on the generation config, where it reads them."""
     if device_kind != "hpu":
         return StrategyTrainer(model=model, args=args, **kwargs)
     from optimum.habana import GaudiConfig, GaudiTrainer
@@ -154,15 +136,12 @@ def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwa
 
 
 class StrategyTrainer(Trainer):
-    """The Trainer, with FSDP switched on in accelerate's state where accelerate would not."""
+    """FSDP in accelerate's state on a CPU too: accelerate enables it on accelerators only."""
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
         if not self.args.fsdp or self.is_fsdp_enabled:
             return
-        from accelerate import PartialState
-        from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-
         state = self.accelerator.state
         state.fsdp_plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
         if state.mixed_precision != "no":
@@ -183,9 +162,7 @@ def _bytes(tensor: torch.Tensor | None) -> int:
 
 
 def held_bytes(model: torch.nn.Module, optimizer: Any) -> dict[str, int]:
-    """Bytes of the model states this rank holds after the optimizer step, from its own tensors
-    (FSDP2: local shards; ZeRO-3: partitions, whole copies under the persistence threshold,
-    fp32 masters unless they are the partitions, the gradient-partition buffer)."""
+    """Bytes of the model states this rank holds, from its own tensors (FSDP2's local shards)."""
     counts = dict.fromkeys(STATE_KEYS, 0)
     for param in model.parameters():
         kind = "params_trainable" if param.requires_grad else "params_frozen"

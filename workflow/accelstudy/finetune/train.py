@@ -1,7 +1,5 @@
-"""One fine-tuning point on this rank: `python -m accelstudy.finetune.train --point JSON
---model-dir DIR --out RESULT.json`, under torchrun or alone; results and failures as
-accelstudy.ranks. A retry resumes from the newest checkpoint where the point keeps them
-(`checkpoint_steps`), and its result says its speed is not a clean measurement."""
+"""One fine-tuning point on this rank, under torchrun or alone (see accelstudy.ranks).
+A retry resumes from the newest `checkpoint_steps` checkpoint; its speed is then not clean."""
 
 import argparse
 import functools
@@ -17,10 +15,23 @@ from typing import Any
 
 import psutil
 import torch
-from transformers import TrainerCallback, default_data_collator
+from accelerate import init_empty_weights
+from datasets import Dataset
+from peft import LoraConfig, TaskType, get_peft_model
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    TrainerCallback,
+    default_data_collator,
+)
 
 from accelstudy import ranks
+from accelstudy.data.instructions import concatenated_blocks, load_examples
+from accelstudy.device import DTYPES, host_peak_rss, resolve
 from accelstudy.finetune import strategies
+from accelstudy.finetune.planner import load_config
+from accelstudy.models import DTYPE_KWARG
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import weights_dir
 
@@ -30,14 +41,11 @@ WARMUP_NOTE = "lr_scheduler constant ignores warm-up: the authors' warmup_ratio 
 
 
 class Meter(TrainerCallback):
-    """Runtime, the clock after this run's warm-up steps (as `--throughput_warmup_steps`), the
-    losses, and the model-state bytes this rank holds right after each optimizer step."""
+    """The clock, this run's losses and the model-state bytes held after each optimizer step."""
 
     def __init__(self, warmup_steps: int) -> None:
         self.warmup_steps = warmup_steps
-        self.start = 0
         self.times: dict[str, float] = {}
-        self.losses: list[float] = []
         self.held: dict[str, int] = {}
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -59,16 +67,13 @@ class Meter(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         ranks.killed_at(state.global_step)  # the test hook: dies after this checkpoint
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.losses.append(float(logs["loss"]))
-
     def on_train_end(self, args, state, control, **kwargs):
         self.times["end"] = time.perf_counter()
+        logged = [e for e in state.log_history if "loss" in e and e["step"] > self.start]
+        self.losses = [float(entry["loss"]) for entry in logged]
 
     def measured(self, steps: int, point: FinetunePoint, world: int) -> ranks.Measured:
-        """The clock, timed from the end of the warm-up where this run got past it (then over
-        this run's steps only), the losses and the bytes held."""
+        """Speed timed from the end of the warm-up where this run got past it."""
         warmed = "warm" in self.times and steps - self.start > self.warmup_steps
         warmup, end = self.warmup_steps if warmed else 0, self.times["end"]
         timed_s = end - self.times["warm" if warmed else "begin"]
@@ -81,40 +86,24 @@ class Meter(TrainerCallback):
 
 
 def decoder_layer_classes(model_dir: Path) -> list[str]:
-    """What FSDP wraps: the model's no-split modules (its decoder layer), named as the built
-    model's classes are, which on Gaudi are optimum-habana's subclasses of them."""
-    from accelstudy.finetune.planner import load_config, meta_model
-
-    model = meta_model(load_config(model_dir))
+    """What FSDP wraps: the no-split modules' classes as built (on Gaudi, optimum-habana's, which
+    it swaps in after the planner may have cached a model: so built anew here)."""
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(load_config(model_dir))
     wanted, classes = set(model._no_split_modules), {type(m) for m in model.modules()}
     return sorted({c.__name__ for c in classes if wanted & {base.__name__ for base in c.mro()}})
 
 
-def loads_weights(point: FinetunePoint, device_kind: str) -> bool:
-    """Whether this rank reads the weights: all do, except under torch's FSDP, where rank 0
-    alone loads and accelerate broadcasts them (strategies.FSDP2's RAM-efficient loading)."""
-    return point.strategy != "fsdp" or device_kind == "hpu" or os.environ.get("RANK", "0") == "0"
-
-
 def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
-    """The prepared model in the point's dtype and attention (on Gaudi: strategies.trainer's
-    flags), with LoRA adapters in its dtype, as the authors' `lora_model.to(bfloat16)`. A rank
-    that does not load (`loads_weights`) gets uninitialised parameters, whose pages stay
-    untouched until rank 0's broadcast (distinct storage: accelerate maps the optimizer's
-    parameters by address), and real buffers (RoPE's tables, which no broadcast carries)."""
-    from accelerate import init_empty_weights
-    from peft import LoraConfig, TaskType, get_peft_model
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from accelstudy.device import DTYPES
-    from accelstudy.models import DTYPE_KWARG
-
+    """The model and LoRA adapters in the point's dtype; a rank that does not load gets untouched
+    parameters (distinct: accelerate maps them by address) and real buffers (RoPE's tables)."""
     model_dir = weights_dir(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     kwargs: dict[str, Any] = {DTYPE_KWARG: DTYPES[point.dtype]}
     if device_kind != "hpu":
         kwargs["attn_implementation"] = strategies.ATTENTION[point.attention]
-    if loads_weights(point, device_kind):
+    # all ranks but under torch's FSDP, where rank 0 alone loads (RAM-efficient loading)
+    if point.strategy != "fsdp" or device_kind == "hpu" or os.environ.get("RANK", "0") == "0":
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), use_safetensors=True, **kwargs)
     else:
         with init_empty_weights(include_buffers=False):
@@ -137,10 +126,6 @@ def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
 
 def train_dataset(point: FinetunePoint, tokenizer, world_size: int):
     """Exactly the blocks the steps consume: steps x batch x accumulation x ranks."""
-    from datasets import Dataset
-
-    from accelstudy.data.instructions import concatenated_blocks, load_examples
-
     needed = point.max_steps * point.samples_per_step * world_size
     examples = load_examples(point.data or {"source": "standin"})
     blocks = concatenated_blocks(examples, tokenizer, point.max_seq_length, limit=needed)
@@ -159,9 +144,6 @@ def last_checkpoint(directory: Path) -> Path | None:
 
 
 def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measured:
-    """Train one point on this rank; return this rank's measurements."""
-    from accelstudy.device import host_peak_rss, resolve
-
     device = resolve(point.device or "auto")
     # the launcher's OMP_NUM_THREADS wins (torchrun sets 1 where none is given)
     for key, value in strategies.process_env().items():
@@ -188,9 +170,9 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measure
     return {**measured, **meter.measured(steps, point, args.world_size)}
 
 
-def summarise(point: FinetunePoint, measured: list[ranks.Measured]) -> dict[str, Any]:
-    """The point's result, its metrics as its record keeps them: rank 0's clock and losses,
-    every rank's peak memory and model-state bytes."""
+def summarise(point: FinetunePoint, out: Path, measured: list[ranks.Measured]) -> dict[str, Any]:
+    """Rank 0's clock and losses, every rank's memory and state bytes; spent checkpoints go."""
+    shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
     first, resumed = measured[0], measured[0]["resumed_from_step"]
     peaks = [m["peak_memory_bytes"] for m in measured]
     metrics = {**first["metrics"], "peak_memory_per_rank": peaks, "peak_memory_bytes": max(peaks)}
@@ -208,8 +190,8 @@ def summarise(point: FinetunePoint, measured: list[ranks.Measured]) -> dict[str,
 
 
 def ensure_gaudi_mode(point: FinetunePoint, argv: list[str]) -> None:
-    """Habana's bridge reads PT_HPU_LAZY_MODE once, as `import torch` loads it (autoloaded
-    since SynapseAI 1.18): a rank started without the point's mode restarts itself with it."""
+    """Habana's bridge reads PT_HPU_LAZY_MODE once, as `import torch` loads it (autoloaded since
+    SynapseAI 1.18): a rank started without the point's mode restarts itself with it."""
     wanted = strategies.gaudi_env(point)
     if wanted.items() <= os.environ.items() or not importlib.util.find_spec("habana_frameworks"):
         return
@@ -224,12 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    point, out = args.point, args.out
-    ensure_gaudi_mode(point, argv)
-    work = functools.partial(run_point, point, args.model_dir, out)
-    # every rank has finished training: its checkpoints are spent
-    spent = functools.partial(shutil.rmtree, checkpoint_dir(out), ignore_errors=True)
-    return ranks.run(point, out, work, functools.partial(summarise, point), finished=spent)
+    ensure_gaudi_mode(args.point, argv)
+    work = functools.partial(run_point, args.point, args.model_dir, args.out)
+    return ranks.run(args.point, args.out, work, functools.partial(summarise, args.point, args.out))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,4 @@
-"""From sensitivity scores to precisions: percentile groups, k-means, or a median split; the
-`cluster` stage writes the layer-to-bits (or module-to-bits) assignment."""
+"""Sensitivity scores to precisions (percentile groups, k-means, a median split): `cluster`."""
 
 import json
 from pathlib import Path
@@ -15,8 +14,7 @@ METHODS = ("percentile", "kmeans", "median")
 
 
 def percentile_groups(n: int, k: int, remainder: str = "last") -> list[int]:
-    """Sizes of k consecutive groups of n // k; the leftover goes to the last groups
-    (7/7/8 for 22 layers, the paper's WikiText runs) or to the first (8/7/7)."""
+    """k group sizes; the leftover goes last (7/7/8 for 22 layers: paper's WikiText) or first."""
     if k > n:
         raise ValueError(f"more clusters ({k}) than layers ({n})")
     base, extra = divmod(n, k)
@@ -41,9 +39,8 @@ def cluster_ranks(
         from sklearn.cluster import KMeans
 
         labels = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(values[:, None])
-        means = {label: values[labels == label].mean() for label in set(labels)}
-        rank_of = {label: rank for rank, label in enumerate(sorted(means, key=lambda m: -means[m]))}
-        return [rank_of[label] for label in labels]
+        order = sorted(set(labels), key=lambda label: -values[labels == label].mean())
+        return [order.index(label) for label in labels]
     if method == "median":
         # the real Gaudi path: score >= median -> high precision (rank 0), else rank 1
         return [0 if v >= np.median(values) else 1 for v in values]

@@ -1,5 +1,4 @@
-"""Magnitude pruning of one decoder layer or projection, in place and undone bit for bit (the
-saved tensors copied back): the sensitivity scan prunes and restores, never reloading the model."""
+"""Magnitude pruning of a decoder layer or projection, undone bit for bit: a scan never reloads."""
 
 import contextlib
 from collections.abc import Iterator
@@ -27,10 +26,6 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return model.get_decoder().layers
 
 
-def layer_linears(layer: nn.Module) -> list[tuple[str, nn.Linear]]:
-    return [(n, m) for n, m in layer.named_modules() if isinstance(m, nn.Linear)]
-
-
 @dataclass(frozen=True)
 class DecoderLinear:
     """One Linear inside a decoder layer, under the key every PTQ stage shares."""
@@ -45,9 +40,10 @@ class DecoderLinear:
 def decoder_linears(model: nn.Module) -> list[DecoderLinear]:
     """Every Linear of the decoder layers, in order (lm_head and embeddings excluded)."""
     return [
-        DecoderLinear(f"layer-{index:02d}.{name}", index, layer, name, linear)
+        DecoderLinear(f"layer-{index:02d}.{name}", index, layer, name, module)
         for index, layer in enumerate(decoder_layers(model))
-        for name, linear in layer_linears(layer)
+        for name, module in layer.named_modules()
+        if isinstance(module, nn.Linear)
     ]
 
 
@@ -57,20 +53,18 @@ def targets(model: nn.Module, granularity: str, family: str = "mlp") -> list[Tar
         raise ValueError(f"unknown granularity '{granularity}'; expected one of {GRANULARITIES}")
     if family not in FAMILIES:
         raise ValueError(f"unknown family '{family}'; expected one of {sorted(FAMILIES)}")
+    linears = decoder_linears(model)
+    if granularity == "submodule":
+        chosen = [e for e in linears if e.name.rsplit(".", 1)[-1] in FAMILIES[family]]
+        return [Target(e.key, e.layer, (e.linear.weight,), False) for e in chosen]
     out = []
     for index, layer in enumerate(decoder_layers(model)):
-        linears, key = layer_linears(layer), f"layer-{index:02d}"
-        tensors = tuple(m.weight for _, m in linears)
-        if granularity == "layer":
-            out.append(Target(key, index, tensors, per_tensor=False))
-        elif granularity == "layer-per-tensor":
+        tensors = tuple(e.linear.weight for e in linears if e.layer == index)
+        if granularity == "layer-per-tensor":
             # the authors' A100 WikiText script: a threshold per tensor, norm weights included
             norms = [m for m in layer.modules() if "norm" in type(m).__name__.lower()]
             tensors += tuple(m.weight for m in norms if getattr(m, "weight", None) is not None)
-            out.append(Target(key, index, tensors, per_tensor=True))
-        else:
-            chosen = [(n, m) for n, m in linears if n.rsplit(".", 1)[-1] in FAMILIES[family]]
-            out += [Target(f"{key}.{n}", index, (m.weight,), False) for n, m in chosen]
+        out.append(Target(f"layer-{index:02d}", index, tensors, granularity != "layer"))
     return out
 
 

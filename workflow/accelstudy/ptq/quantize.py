@@ -1,5 +1,4 @@
-"""The `quantize` stage: the prepared model quantized per an assignment with one recipe, evaluated
-under the paper's protocol, recorded with the paper's compression ratio and its measured bytes."""
+"""The `quantize` stage: quantize by an assignment and a recipe, evaluate, write the record."""
 
 import json
 import math
@@ -40,8 +39,7 @@ class QuantJob(EvalJob):
 
 
 def paper_ratio(shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_size=128) -> float:
-    """FP32 bits / (b x n + 16 x n_groups) summed over the quantized Linear weights: a weight
-    (out, in) has n = out x in values and out x ceil(in / group) groups, each a 16-bit scale."""
+    """FP32 bits / (b bits per weight + a 16-bit scale per group) over the quantized (out, in)s."""
     counts = [(o * i, o * math.ceil(i / group_size), b) for (o, i), b in shapes_and_bits]
     return sum(32 * n for n, _, _ in counts) / sum(b * n + 16 * groups for n, groups, b in counts)
 
@@ -84,9 +82,7 @@ def fake(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
 
 
 def compute_in(model: nn.Module, dtype: torch.dtype) -> None:
-    """Activations and the unquantized weights (embeddings, norms, head, fake-quantized
-    Linears) in `dtype`; stored low-precision weights stay as stored and are cast to it before
-    each matmul."""
+    """Activations and all weights but stored low-precision ones (cast per matmul) in `dtype`."""
     stored = (weights.CastLinear, weights.GroupQuantLinear)
     for module in model.modules():
         if isinstance(module, stored):
@@ -108,8 +104,7 @@ def fp8(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
     """The Gaudi recipe: the high-precision cluster (bits >= 16) in BF16, the rest in FP8."""
     fp8_keys = [key for key, b in high(bits).items() if b < 16]
     n = sizes(model)
-    n_all, n_fp8 = sum(n.values()), sum(n[key] for key in fp8_keys)
-    ratio = 32 * n_all / (16 * (n_all - n_fp8) + 8 * n_fp8)
+    ratio = 32 * sum(n.values()) / sum(n[k] * (8 if k in fp8_keys else 16) for k in n)
     if job.device.kind == "hpu":
         model = fp8_on_hpu(job, model, fp8_keys)
         note = f"Intel Neural Compressor FP8 ({job.fp8_format}) MEASURE + QUANTIZE on HPU"
@@ -122,7 +117,8 @@ def fp8(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
 
 def fp8_on_hpu(job: QuantJob, model: nn.Module, fp8_keys: list[str]) -> nn.Module:
     """INC's MEASURE on 512 calibration blocks or items, then QUANTIZE; each loads fresh BF16."""
-    names = [name for key in fp8_keys for name in weights.module_names(model, key)]
+    full_names = {module: name for name, module in model.named_modules()}
+    names = [full_names[e.linear] for e in decoder_linears(model) if e.key in fp8_keys]
     tokenizer = AutoTokenizer.from_pretrained(str(weights_dir(job.model_dir)))
     rows = read_prepared(job.calibration)
     batches = build_calibration(tokenizer, job.task, rows, 512, job.settings).batches
@@ -146,30 +142,24 @@ def bf16(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
 
 Recipe = Callable[[QuantJob, nn.Module, Bits], Stored]
 RECIPES: dict[str, Recipe] = {recipe.__name__: recipe for recipe in (fake, nvidia, fp8, bf16)}
-# what each recipe computes in: None, the study's evaluation dtype (fake: over dequantized
-# weights; nvidia: its FP16/INT8/INT4 weights cast to it per matmul; float16 on a GPU computes
-# as the paper's NVIDIA runs); Gaudi's BF16 + FP8 and the CPU's BF16 recipe in bfloat16
+# what a recipe computes in; None: the study's dtype (nvidia: its weights cast to it per matmul;
+# float16 on a GPU computes as the paper's NVIDIA runs); Gaudi's FP8 and the CPU's BF16: bfloat16
 COMPUTE: dict[str, torch.dtype | None] = {"fake": None, "nvidia": None, "fp8": torch.bfloat16}
 COMPUTE["bf16"] = torch.bfloat16
 
 
 def module_assignment(model: nn.Module, spec: dict[str, Any], source: Path) -> Bits:
-    """Every decoder Linear ('layer-07.mlp.up_proj') -> its bits; None where the assignment
-    does not cover it (a submodule scan of one family), which then stays high precision."""
-    keys = [entry.key for entry in decoder_linears(model)]
+    """Decoder Linear -> bits; None (kept high precision) where a one-family scan left it out."""
+    keys, what = [entry.key for entry in decoder_linears(model)], f"assignment '{source}'"
     if "module_bits" in spec:
         unknown = sorted(set(spec["module_bits"]) - set(keys))
         if unknown:
-            raise SensitivityTableError(
-                f"assignment '{source}' names modules the model lacks: {unknown[:3]}"
-            )
+            raise SensitivityTableError(f"{what} names modules the model lacks: {unknown[:3]}")
         return {key: spec["module_bits"].get(key) for key in keys}
     layer_bits = {int(k): v for k, v in spec["layer_bits"].items()}
-    n_layers = len(decoder_layers(model))
-    if sorted(layer_bits) != list(range(n_layers)):
-        raise SensitivityTableError(
-            f"assignment '{source}' has {len(layer_bits)} layers; the model has {n_layers}"
-        )
+    layers = len(decoder_layers(model))
+    if sorted(layer_bits) != list(range(layers)):
+        raise SensitivityTableError(f"{what} has {len(layer_bits)} layers; the model has {layers}")
     return weights.layer_map(layer_bits, model)
 
 

@@ -1,8 +1,6 @@
-"""Per-layer (or per-projection) pruning sensitivity on a calibration set (the paper's token
-batches, and how to score any batch's logits), with prefix reuse: pruning layer l cannot change
-layers 0..l-1, so the scan runs the unpruned model once, keeps the hidden states entering each
-layer it will prune, and for layer l runs only layers l..L-1, the final norm and the LM head (the
-naive scan stays for tests and the benchmark). `sensitivity` scans one chunk of the targets."""
+"""Per-layer (or per-projection) pruning sensitivity on a calibration set, with prefix reuse:
+pruning layer l cannot change layers 0..l-1, so one unpruned pass keeps the hidden states entering
+each layer to prune, and layer l reruns only layers l..L-1, the final norm and the LM head."""
 
 import json
 import math
@@ -69,8 +67,7 @@ class Calibration:
 def build_calibration(
     tokenizer: Tokenizer, task: str, rows: list, limit: int | None, settings: dict
 ) -> Calibration:
-    """The first `limit` blocks or items of `rows`, under the paper's evaluation `settings`.
-    Blocks go in batches; an item is one batch: each choice's (context + continuation)[:-1]."""
+    """The first `limit` blocks, batched, or items: each a batch of (context + choice)[:-1]s."""
     if TASKS[task].kind == "perplexity":
         blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
         return Calibration("perplexity", list(torch.split(blocks, settings["batch_size"])))
@@ -95,8 +92,7 @@ class TargetScore:
 
 
 class PrefixCache:
-    """Hidden states entering chosen layers, and the layer kwargs, per calibration batch, from
-    one forward pass of the unpruned model; `base` holds that pass's contributions."""
+    """One unpruned pass: per batch, the hidden states entering `layers`, kwargs, contributions."""
 
     @torch.inference_mode()
     def __init__(self, model: nn.Module, calibration: Calibration, layers: set[int]):
@@ -104,20 +100,18 @@ class PrefixCache:
         self.hidden: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
         self.kwargs: list[dict] = []
         self.base: list[tuple[float, int]] = []
-        captured: dict[str, dict] = {}
 
         def capture(index: int, _module: nn.Module, args: tuple, kwargs: dict) -> None:
             self.hidden[index].append((args[0] if args else kwargs["hidden_states"]).clone())
-            captured.setdefault("kwargs", {k: v for k, v in kwargs.items() if k != "hidden_states"})
+            if len(self.kwargs) < len(self.hidden[index]):  # the batch's first hooked layer
+                self.kwargs.append({k: v for k, v in kwargs.items() if k != "hidden_states"})
 
         hooks = [(decoder_layers(model)[i], partial(capture, i)) for i in layers]
         handles = [layer.register_forward_pre_hook(h, with_kwargs=True) for layer, h in hooks]
         try:
             device = next(model.parameters()).device
             for index, batch in enumerate(calibration.batches):
-                captured.clear()
                 logits = model(batch.to(device), use_cache=False).logits
-                self.kwargs.append(captured["kwargs"])
                 self.base.append(calibration.contribution(index, logits))
         finally:
             for handle in handles:
@@ -201,8 +195,7 @@ def sensitivity_chunk(
 
 
 def gather_sensitivity(chunks: list[Path], out: Path) -> pd.DataFrame:
-    """The `gather-sensitivity` stage: chunks -> one table (target, layer, metric, score, and
-    what the scan was measured with), checked to be complete."""
+    """The `gather-sensitivity` stage: chunks -> one table with SCAN_KEYS, checked complete."""
     parts = [json.loads(Path(p).read_text()) for p in chunks]
     first = parts[0]
     frame = pd.DataFrame([s for part in parts for s in part["scores"]])

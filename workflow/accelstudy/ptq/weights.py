@@ -1,5 +1,4 @@
-"""How each recipe stores a decoder Linear's weights: fake quantize-dequantize in FP32, or truly low
-precision (nn.Module swaps: saved bytes are stored bytes) dequantized before the matmul."""
+"""How a recipe stores decoder Linears: fake quantized in FP32, or truly low precision (swapped)."""
 
 from collections.abc import Callable
 
@@ -7,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accelstudy.ptq.prune import decoder_layers, decoder_linears, layer_linears
+from accelstudy.ptq.prune import decoder_linears
 
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
@@ -15,9 +14,8 @@ FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 def quantize_dequantize(
     weight: torch.Tensor, bits: int, group_size=128, symmetric=True
 ) -> torch.Tensor:
-    """Groups of `group_size` consecutive weights along the input dimension (zero-padded).
-    Symmetric: scale = max|w| / (2^(b-1) - 1), integers in [-2^(b-1), 2^(b-1) - 1].
-    Asymmetric: scale = (max - min) / (2^b - 1), zero point = round(-min / scale)."""
+    """Zero-padded groups along the input. Symmetric: scale = max|w| / (2^(b-1) - 1), zero point 0;
+    asymmetric: scale = (max - min) / (2^b - 1), zero point = round(-min / scale)."""
     if not 2 <= bits <= 16:
         raise ValueError(f"bits must be in 2..16, got {bits}")
     out_features, in_features = weight.shape
@@ -40,8 +38,7 @@ def quantize_dequantize(
 def fake_quantize(
     model: nn.Module, module_bits: dict[str, int | None], group_size=128, symmetric=True
 ) -> int:
-    """Quantize-dequantize each decoder Linear ('layer-07.mlp.up_proj') to its bits, in place;
-    those mapped to None, lm_head, embeddings and norms stay FP32. Returns how many changed."""
+    """Quantize-dequantize decoder Linears to their bits in place (None: FP32); how many changed."""
     chosen = [(e.linear.weight, module_bits.get(e.key)) for e in decoder_linears(model)]
     chosen = [(weight, bits) for weight, bits in chosen if bits is not None]
     for weight, bits in chosen:
@@ -91,19 +88,15 @@ class GroupQuantLinear(nn.Module):
 
 
 class CastLinear(nn.Module):
-    """Weights stored in a low-precision float dtype (float16, bfloat16 or float8 with a
-    per-output-channel scale), cast to the activation dtype for the matmul."""
+    """Weights stored in float16, bfloat16 or float8 (per-channel scale), cast for the matmul."""
 
     def __init__(self, linear: nn.Linear, dtype: torch.dtype):
         super().__init__()
-        weight = linear.weight.detach().float()
+        weight, scale = linear.weight.detach().float(), None
         if dtype in FP8_FORMATS.values():
-            fmax = torch.finfo(dtype).max
-            scale = weight.abs().amax(1, keepdim=True).clamp(min=1e-12) / fmax
-            self.register_buffer("scale", scale.float())
+            scale = weight.abs().amax(1, keepdim=True).clamp(min=1e-12) / torch.finfo(dtype).max
             weight = weight / scale
-        else:
-            self.scale = None
+        self.register_buffer("scale", scale)  # None: not in the state dict
         self.register_buffer("weight", weight.to(dtype))
         self.bias = linear.bias
 
@@ -147,9 +140,7 @@ FP8_BLOCKLIST = ["lm_head", "model.norm", "model.embed_tokens"]
 def quantize_fp8_inc(
     load_model: Callable, fp8_modules: list[str], fp8_format: str, calibrate: Callable, stats: str
 ) -> nn.Module:
-    """Intel Neural Compressor's two-pass FP8 flow on a Gaudi. MEASURE: `calibrate` a BF16
-    `load_model()`, saving the (device specific) statistics under `stats`; QUANTIZE: convert a
-    fresh one with them. Only `fp8_modules`: lm_head, final norm and embeddings are blocked."""
+    """Intel Neural Compressor FP8 on a Gaudi: MEASURE (`calibrate`), then QUANTIZE a new model."""
     import neural_compressor.torch.quantization as inc
 
     common = dict(fp8_config=fp8_format.upper(), hp_dtype="bf16", dump_stats_path=f"{stats}/inc")
@@ -161,15 +152,6 @@ def quantize_fp8_inc(
     del measured
     quantize = inc.FP8Config(mode="QUANTIZE", scale_method="maxabs_hw", **common)
     return inc.convert(load_model(), quantize)
-
-
-def module_names(model: nn.Module, target: str) -> list[str]:
-    """Full module names of a target ('layer-07' -> its Linears; 'layer-07.mlp.up_proj')."""
-    layer_name, _, rest = target.partition(".")
-    index = int(layer_name.split("-")[1])
-    prefix = next(n for n, m in model.named_modules() if m is decoder_layers(model)[index])
-    names = [f"{prefix}.{n}" for n, _ in layer_linears(decoder_layers(model)[index])]
-    return [n for n in names if not rest or n.endswith(rest)]
 
 
 def bits_per_weight(bits: int, group_size: int = 128) -> float:

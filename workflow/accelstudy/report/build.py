@@ -10,30 +10,8 @@ import pandas as pd
 from accelstudy.files import atomic_open
 from accelstudy.points import bits_label
 from accelstudy.report import diffusion, figures, finetune, tables
-from accelstudy.report.collect import collect_records, collect_sensitivity, joined, load_published
+from accelstudy.report.tables import NOTES
 
-STANDIN_NOTE = (
-    "Rows whose data is 'stand-in' were measured on offline stand-ins built from Python's "
-    "bundled documentation, not on WikiText-2/HellaSwag/BoolQ; their numbers are not "
-    "comparable with the published ones, which are for TinyLlama-1.1B on the real datasets."
-)
-TABLE1_NOTE = (
-    "A row per task and metric, and the compression ratio of the quantized Linear weights "
-    "(32n / (bn + 16 n_groups)); columns: FP32, each bit list with simulated (fake) "
-    "quantization, then the real recipes per bit list. BoolQ shows both tie rules of the "
-    "authors' scripts: ties 'no' as on Gaudi2, ties 'yes' as on A100."
-)
-PUBLISHED_NOTE = (
-    "Another model on other data: compare trends, not values. The Gaudi2 BoolQ scripts break "
-    "ties 'no', the A100 ones 'yes'. Compression rows: the percentile split of 22 layers, the "
-    "leftover layer last (7/7/8: A100 and WikiText runs) or first (8/7/7: Gaudi2 HellaSwag "
-    "and BoolQ runs)."
-)
-TRADEOFF_NOTE = (
-    "Each point is one (bit list, recipe); FP32 sits at compression 1 (dotted line: its "
-    "level). The published TinyLlama-1.1B points have their own row of panels: a different "
-    "model on different data, not comparable with ours."
-)
 PUBLISHED = "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
 FIG2A = "Fig. 2a: fine-tuning throughput and time for fixed work against cards"
 POINTS = "Fine-tuning points: speed-up, scaling efficiency, planned and measured memory"
@@ -79,9 +57,8 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 def write_records(records: pd.DataFrame, folder: Path) -> None:
     write_csv(records, folder / "records.csv")
-    tmp = folder / ".records.parquet.tmp"
-    records.to_parquet(tmp, index=False)
-    tmp.replace(folder / "records.parquet")
+    with atomic_open(folder / "records.parquet", "wb") as handle:
+        records.to_parquet(handle, index=False)
 
 
 def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:
@@ -115,9 +92,9 @@ def _finetune(records: pd.DataFrame, folder: Path) -> list[Section]:
         return []
     methods = "; ".join(m for m in runs["peak_memory_method"].dropna().unique() if m)
     return [
-        Section(FIG2A, finetune.FIGURE_NOTE, figure=finetune.FIGURES[0]),
+        Section(FIG2A, NOTES["finetune_figure"], figure=finetune.FIGURES[0]),
         Section("Fig. 2b: DDP vs ZeRO-3 vs FSDP for one model", figure=finetune.FIGURES[1]),
-        Section(POINTS, f"{finetune.TABLE_NOTE} Peak measured as: {methods or '-'}.", table),
+        Section(POINTS, f"{NOTES['finetune_table']} Peak measured as: {methods or '-'}.", table),
         Section(FINDINGS, finetune.note(runs), finetune.findings(points)),
     ]
 
@@ -133,8 +110,8 @@ def _diffusion(records: pd.DataFrame, folder: Path) -> list[Section]:
     scaling, samples = diffusion.FIGURES
     return [
         Section(FIG3, diffusion.note(runs), figure=scaling),
-        Section(SR3_POINTS, diffusion.TABLE_NOTE, table),
-        Section("SR3 samples: held-out images", diffusion.SAMPLES_NOTE, figure=samples),
+        Section(SR3_POINTS, NOTES["sr3_table"], table),
+        Section("SR3 samples: held-out images", NOTES["sr3_samples"], figure=samples),
     ]
 
 
@@ -151,8 +128,8 @@ def build_report(
     """The study report from records (with PTQ: sensitivity, assignments, ptq settings)."""
     results_dir = Path(results_dir)
     out, figure = results_dir / "tables", results_dir / "report" / "figures"
-    records = collect_records(record_paths)
-    published = load_published()
+    records = tables.collect_records(record_paths)
+    published = tables.load_published()
     write_records(records, out)
     baseline = tables.baseline_table(records, published)
     ours = tables.table1(records, [bits_label(b) for b in bit_lists])
@@ -160,21 +137,21 @@ def build_report(
     for table, name in [(baseline, "baseline"), (ours, "table1"), (theirs, "table1_published")]:
         write_csv(table, out / f"{name}.csv")
     figures.save(figures.baseline_figure(records), figure / "baseline.png")
-    sensitive = collect_sensitivity(sensitivity, assignments)
+    sensitive = tables.collect_sensitivity(sensitivity, assignments)
     why_not = "no sensitivity tables in this study"
     figures.draw(figure / "sensitivity.png", why_not, figures.fig1, sensitive, calibration or {})
     points = tables.tradeoff_points(records, published)
     why_not = "no quantized records in this study"
     figures.draw(figure / "tradeoff.png", why_not, figures.tradeoff_figure, points)
     quantized = records[records["stage"] == "quantized"]
-    who = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
+    who = f"{tables.joined(quantized['model'])}; {tables.joined(quantized['data'])}"
     ptq = [  # Table 1 (ours, then published), Fig. 1 and the trade-off figure, where PTQ ran
-        Section(f"Table 1, ours ({who} data): mixed-precision PTQ", TABLE1_NOTE, ours),
-        Section(PUBLISHED, PUBLISHED_NOTE, theirs),
+        Section(f"Table 1, ours ({who} data): mixed-precision PTQ", NOTES["table1"], ours),
+        Section(PUBLISHED, NOTES["published"], theirs),
         Section("Fig. 1: pruning sensitivity, tasks side by side", figure="sensitivity.png"),
-        Section("Quality against compression", TRADEOFF_NOTE, figure="tradeoff.png"),
+        Section("Quality against compression", NOTES["tradeoff"], figure="tradeoff.png"),
     ]
-    standin = STANDIN_NOTE if (records["data"] == "stand-in").any() else ""
+    standin = NOTES["standin"] if (records["data"] == "stand-in").any() else ""
     sections = [
         Section("Baseline (FP32) beside the published numbers", standin, baseline, "baseline.png"),
         *([] if ours.empty else ptq),

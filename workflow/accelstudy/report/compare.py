@@ -15,8 +15,8 @@ from accelstudy.errors import StudyError
 from accelstudy.records import SCHEMA_VERSION, validate_record
 from accelstudy.report import diffusion, finetune, tables
 from accelstudy.report.build import Section, write_csv, write_pages, write_records
-from accelstudy.report.collect import flatten, joined, load_published
 from accelstudy.report.figures import save
+from accelstudy.report.tables import NOTES
 from accelstudy.tasks import TASKS
 
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
@@ -39,21 +39,8 @@ BOOTSTRAP = 1000  # resamples of the repeats, for the 95% interval of a ratio
 # a record's table columns: what it is, and where it comes from
 WHAT, TRACE = ["system", "stage", "model", "task", "method"], ["run", "record", "git_commit"]
 PROVENANCE = [*WHAT, "metric", "value", "tokens_per_s", "status", *TRACE, "job", "versions", "work"]
+MACHINE = "{run}: {accelerator}, {memory_per_card_gb} GB per card"  # a system's, as a run says
 LEFT_OUT = "Left out: records without a counterpart, and the keys that differ"
-UNKNOWN = "provenance unknown: record schema version {}, before records named their model and "
-UNKNOWN += "data revisions; re-run that study with this code to compare it"
-NOTE = (
-    "Only work both systems measured is compared: same stage, model, task, protocol, data "
-    "source, method and parameters (the systems' precision, the repeat and run-derived values "
-    "aside). Ratios: system / reference for the same work, the median over matched points, "
-    "each point the median of its repeats; min-max over the points; `verdict` says whether the "
-    "system is better or worse than the reference (perplexity and runtimes: lower is better; "
-    "accuracy and speeds: higher). `ci95`: a 95% percentile bootstrap interval of the ratio "
-    f"({BOOTSTRAP} resamples of each point's repeats, seed 0), where both systems have 3 or "
-    "more repeats of every matched point. Resumed fine-tuning points (status ok-resumed) are "
-    "listed but never timed. Every number traces to `tables/matched.csv` (record file, "
-    "run, git commit, versions, scheduler job)."
-)
 
 
 class CompareError(StudyError, ValueError):
@@ -117,7 +104,7 @@ def load(runs: Iterable[Path]) -> pd.DataFrame:
             system = provenance.get("system") or {}
             accelerator = system.get("accelerator") or provenance["hardware"].get("device_name")
             row = {
-                **flatten(record),
+                **tables.flatten(record),
                 "run": str(run),
                 "record": str(path),
                 "work": json.dumps(measured, sort_keys=True, default=str),
@@ -133,10 +120,7 @@ def load(runs: Iterable[Path]) -> pd.DataFrame:
     for system, part in records.groupby("system"):
         machines = part.drop_duplicates(["accelerator", "memory_per_card_gb"])
         if len(machines) > 1:
-            said = "; ".join(
-                f"{r.run}: {r.accelerator}, {r.memory_per_card_gb} GB per card"
-                for r in machines.itertuples()
-            )
+            said = "; ".join(MACHINE.format_map(r) for _, r in machines.iterrows())
             raise CompareError(
                 f"runs name the same system '{system}' but different machines ({said}); give "
                 "each machine its own config/systems file and re-run one of them"
@@ -151,7 +135,7 @@ def split(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     reasons = []
     for row in alone.itertuples():
         if "unknown" in json.loads(row.work):
-            reasons.append(UNKNOWN.format(SCHEMA_VERSION - 1))
+            reasons.append(NOTES["unknown"].format(version=SCHEMA_VERSION - 1))
             continue
         others = records[(records["system"] != row.system) & (records["point"] == row.point)]
         if others.empty:
@@ -182,23 +166,19 @@ def verdict(quantity: str, ratio: float) -> str:
 
 
 def bootstrap_ci(values: dict[str, list[np.ndarray]], other: str, reference: str) -> list:
-    """95% percentile interval of the median-over-points ratio, resampling each point's repeats
-    (the same statistic as the ratio); None unless every point has 3 or more repeats a side."""
+    """95% percentile interval of the ratio, resampling each point's repeats; 3 or more a side."""
     if min(len(v) for side in (other, reference) for v in values[side]) < 3:
         return [None, None]
-    rng = np.random.default_rng(0)
-
-    def medians(side: str) -> np.ndarray:  # (resamples, points)
+    rng, medians = np.random.default_rng(0), []
+    for side in (other, reference):  # medians of (resamples, points), drawn in this order
         picks = [v[rng.integers(0, len(v), (BOOTSTRAP, len(v)))] for v in values[side]]
-        return np.stack([np.median(p, axis=1) for p in picks], axis=1)
-
-    ratio = np.median(medians(other) / medians(reference), axis=1)
+        medians.append(np.stack([np.median(p, axis=1) for p in picks], axis=1))
+    ratio = np.median(medians[0] / medians[1], axis=1)
     return [round(float(x), 4) for x in np.percentile(ratio, [2.5, 97.5])]
 
 
 def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """System / reference per quantity: the median over points (each the median of its
-    repeats), its direction and, with enough repeats, its bootstrap interval."""
+    """System / reference per quantity: the median over points, each the median of its repeats."""
     ok = matched[matched["status"].isin(["", "ok"])]
     rows = []
     for stage, column, metric in _quantities(ok):
@@ -215,10 +195,9 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
             values = part.groupby(["work", "system"])[column].apply(lambda v: v.to_numpy())
             sides = {s: [values[(w, s)] for w in both.index] for s in (other, reference)}
             middle = ratio.median()
-            interval = bootstrap_ci(sides, other, reference)
-            spread = [middle, verdict(quantity, middle), *interval, len(ratio), ratio.min()]
-            row = [stage, quantity, other, reference, *spread, ratio.max(), repeats]
-            rows.append(dict(zip(RATIOS, row, strict=True)))
+            row = [stage, quantity, other, reference, middle, verdict(quantity, middle)]
+            row += [*bootstrap_ci(sides, other, reference), len(ratio), ratio.min(), ratio.max()]
+            rows.append(dict(zip(RATIOS, [*row, repeats], strict=True)))
     return pd.DataFrame(rows).round(4)
 
 
@@ -239,11 +218,11 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     write_csv(matched[PROVENANCE], out / "tables" / "matched.csv")
     write_csv(left_out, out / "tables" / "left_out.csv")
     write_csv(ratio, out / "tables" / "ratios.csv")
-    sites = records.groupby(["run", "system", "accelerator"], sort=False)
-    sites = sites.agg(records=("record", "size"), commits=("git_commit", joined)).reset_index()
+    sites = records.groupby(["run", "system", "accelerator"], sort=False, as_index=False)
+    sites = sites.agg(records=("record", "size"), commits=("git_commit", tables.joined))
     sections = [
         Section("Runs", "", sites),
-        Section(f"Ratios against {reference}", NOTE, ratio),
+        Section(f"Ratios against {reference}", NOTES["ratios"].format(bootstrap=BOOTSTRAP), ratio),
         *_ptq(matched, out / "figures"),
         *_finetune(matched, out / "figures"),
         *_diffusion(matched, out / "figures"),
@@ -260,7 +239,7 @@ def _ptq(matched: pd.DataFrame, folder: Path) -> list[Section]:
     """Table 1 by system beside the published, quality against compression, tokens/s."""
     if not matched["stage"].eq("quantized").any():
         return []
-    published = load_published()
+    published = tables.load_published()
     by_system = matched.groupby("system", sort=False)
     # each system's Table 1 side by side (never none: some system has quantized records)
     ours = {system: tables.table1(part) for system, part in by_system}
@@ -306,5 +285,5 @@ def _diffusion(matched: pd.DataFrame, folder: Path) -> list[Section]:
     title = "Fig. 3 across systems, with the published curves"
     return [
         Section(title, diffusion.note(runs), figure=diffusion.FIGURES[0]),
-        Section("SR3 scaling efficiency by system", diffusion.TABLE_NOTE, table),
+        Section("SR3 scaling efficiency by system", NOTES["sr3_table"], table),
     ]

@@ -8,8 +8,8 @@ import pandas as pd
 import seaborn as sns
 
 from accelstudy.paths import RESOURCES
-from accelstudy.report.collect import joined, ours_note
 from accelstudy.report.figures import SPREAD, draw
+from accelstudy.report.tables import joined, ours_note
 
 KEYS = ["system", "devices"]
 FIGURES = ("diffusion_scaling.png", "diffusion_samples.png")
@@ -26,13 +26,6 @@ COLUMNS = {**POINT, **TIME, **SPEED, **COMPUTE, **SR, **BICUBIC, **TRAINING}
 # metric columns the table reads; absent from the collected records where no point ran
 RUN = ["train_runtime_s", "images_per_s", "images_processed", "flops_per_image"]
 METRICS = [*RUN, "achieved_flops_per_s", "parameters", *SR, *BICUBIC, "final_loss", "images"]
-TABLE_NOTE = (
-    "Strong scaling: iterations x devices is fixed (batch per device fixed), so every row "
-    "trains the same images. Medians over the repeats that ran; speed-up: the same system's "
-    "median single-device minutes over these; efficiency: speed-up / devices. PSNR/SSIM of "
-    "the SR3 samples and of bicubic up-sampling against the held-out truth."
-)
-SAMPLES_NOTE = "Held-out images of the first point that ran: input, SR3 output, bicubic, truth."
 # Fig. 3's panels (y, log x, log y, label): the paper's minutes twice, then speed-up, efficiency
 PANELS = [
     ("minutes", False, False, "minutes (published)"),
@@ -53,13 +46,11 @@ def scaling(frame: pd.DataFrame, by: str, ran: pd.DataFrame | None = None) -> pd
 def diffusion_runs(records: pd.DataFrame) -> pd.DataFrame:
     """A row per SR3 record: minutes, speed-up over its system's one device, its samples npz."""
     runs = records[records["stage"] == "diffusion"]
-    samples = [Path(r).with_name(f"{Path(r).stem}.samples.npz") for r in runs["record"]]
-    runs = runs.assign(samples=samples)
+    runs = runs.assign(samples=[Path(r).with_suffix(".samples.npz") for r in runs["record"]])
     if runs.empty:
         return runs
     runs = runs.assign(**{m: runs.get(f"metric_{m}", np.nan) for m in METRICS})
-    count = {"devices": runs["devices"].astype(int), "repeat": runs["repeat"].astype(int)}
-    runs = runs.assign(**count, minutes=runs["train_runtime_s"] / 60)
+    runs = runs.astype({"devices": int, "repeat": int}).assign(minutes=runs["train_runtime_s"] / 60)
     runs = runs.sort_values([*KEYS, "repeat"], kind="stable").reset_index(drop=True)
     return scaling(runs, "system", runs[runs["status"] == "ok"])
 

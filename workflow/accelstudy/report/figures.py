@@ -18,15 +18,14 @@ BASELINES = list(BASELINE_LABELS.values())
 SPREAD = {"estimator": "median", "errorbar": ("pi", 100)}  # median of the repeats, bars min-max
 
 
-def save(fig: plt.Figure, out: Path) -> Path:
+def save(fig: plt.Figure, out: Path) -> None:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
-    return out
 
 
-def draw(out: Path, why_empty: str, make: Callable[..., plt.Figure], data: Any, *args: Any) -> Path:
+def draw(out: Path, why_empty: str, make: Callable[..., plt.Figure], data: Any, *args: Any) -> None:
     """make(data, *args), or (the rule declares it regardless) a figure saying why data is empty."""
     if not data.empty:
         return save(make(data, *args), out)

@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from accelstudy.report.collect import joined, ours_note
 from accelstudy.report.figures import SPREAD, draw
+from accelstudy.report.tables import NOTES, joined, ours_note
 
 STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ["fused", "eager"]
@@ -27,33 +27,6 @@ RESULT = {"speedup": "speed-up", "efficiency": "scaling efficiency", "loss": "fi
 PEAK = {"peak": "peak GiB (max rank)", "predicted": "predicted GiB", "ratio": "peak / predicted"}
 STATES = {"planned": "model states MiB (planner)", "states": "model states MiB (rank 0)"}
 COLUMNS = {**POINT, **SPEED, **RESULT, **PEAK, **STATES, "states_ratio": "rank 0 / planner"}
-# STUDY.md, Part 2, "Findings" (Gaudi1/2/3, optimum-habana, LoRA r64, bf16)
-PAPER = {
-    "scaling (DDP)": "DDP scales nearly linearly with cards.",
-    "attention (fused vs eager)": "Flash (fused) attention gives +10-20% on Gaudi1 and Gaudi2.",
-    "fastest strategy": "Gemma-2-27B fits one Gaudi2 card; there DDP beats both sharding "
-    "methods and DeepSpeed ZeRO-3 beats FSDP: shard only when the model does not fit.",
-    "did not fit": "Gaudi1 (32 GB) fits only the 8B; the 70B needs ZeRO-3 or FSDP and at "
-    "least 4 Gaudi2 cards.",
-    "systems": "Gaudi2 is 2.5-3x faster than Gaudi1; Gaudi3 is 1.8-2x faster than Gaudi2.",
-}
-# ours beside them: what a point says (format_map of its row), joined by "; "
-SAY = {
-    "scaling": "{place}, {attention}: {speedup:.2f}x on {n} against {cards_base:.0f} "
-    "(efficiency {efficiency:.0%})",
-    "fastest": "{place}, {n}: {strategy}",
-    "hole": "{place}, {strategy} {attention}, {n}: {why}",
-}
-FIGURE_NOTE = (
-    "Median over repeats, error bars min-max; an x at the bottom marks a point that did not "
-    "run, and says why. What our numbers are: see the findings below."
-)
-TABLE_NOTE = (
-    "Medians over the repeats that ran. Speed-up: against the same (system, model, strategy, "
-    "attention) at its smallest card count that ran; efficiency: speed-up / card ratio. The "
-    "measured peak (max rank) and model states (rank 0: parameters, gradients, fp32 masters, "
-    "optimizer states) beside the planner's predictions."
-)
 
 
 def _rank(column: pd.Series) -> pd.Series:
@@ -66,9 +39,8 @@ def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
     """A row per fine-tuning record, strategies by the paper's names, seconds for WORK."""
     runs = records[records["stage"] == "finetune"]
     runs = runs.assign(**{f"metric_{m}": runs.get(f"metric_{m}", float("nan")) for m in METRICS})
-    strategy = runs["strategy"].map(lambda s: STRATEGIES.get(s, s))
-    seconds = WORK / runs["metric_samples_per_s"]
-    runs = runs.assign(cards=runs["cards"].astype(int), strategy=strategy, seconds=seconds)
+    runs = runs.astype({"cards": int}).assign(strategy=runs["strategy"].replace(STRATEGIES))
+    runs = runs.assign(seconds=WORK / runs["metric_samples_per_s"])
     return runs.sort_values(KEYS, key=_rank, kind="stable").reset_index(drop=True)
 
 
@@ -90,15 +62,13 @@ def finetune_points(runs: pd.DataFrame) -> pd.DataFrame:
     points = points.join(base.add_suffix("_base"), on=KEYS[:4])
     points[["peak", "predicted"]] /= 2**30  # GiB and MiB: powers of two, so the ratios stay exact
     points[["planned", "states"]] /= 2**20
-    speedup = points["tps"] / points["tps_base"]
     spread = zip(points["low"], points["high"], strict=True)
-    return points.assign(
-        spread=[f"{a:.1f}-{b:.1f}" if pd.notna(a) else "-" for a, b in spread],
-        speedup=speedup,
-        efficiency=speedup / (points["cards"] / points["cards_base"]),
-        ratio=points["peak"] / points["predicted"],
-        states_ratio=points["states"] / points["planned"],
-    )
+    points["spread"] = [f"{a:.1f}-{b:.1f}" if pd.notna(a) else "-" for a, b in spread]
+    points["speedup"] = points["tps"] / points["tps_base"]
+    points["efficiency"] = points["speedup"] / (points["cards"] / points["cards_base"])
+    points["ratio"] = points["peak"] / points["predicted"]
+    points["states_ratio"] = points["states"] / points["planned"]
+    return points
 
 
 def finetune_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -114,9 +84,8 @@ def findings(points: pd.DataFrame) -> pd.DataFrame:
     """The paper's findings, each beside ours from the points (empty: no fine-tuning)."""
     if points.empty:
         return pd.DataFrame()
-    place, why = points["model"] + " on " + points["system"], points["status"].replace(HOLES)
     n = points["cards"].map(lambda n: f"{n:.0f} card{'s' if n != 1 else ''}")
-    points = points.assign(place=place, n=n, why=why)
+    points = points.assign(n=n, why=points["status"].replace(HOLES))
     ran = points.dropna(subset=["tps"])
     ddp = ran[(ran["strategy"] == "DDP") & (ran["cards"] > ran["cards_base"])]
     ddp = ddp[ddp["cards"] == ddp.groupby(KEYS[:4])["cards"].transform("max")]
@@ -130,13 +99,16 @@ def findings(points: pd.DataFrame) -> pd.DataFrame:
     ratios = {s: (wide[s] / wide[first]).median() for s in wide.columns[1:]}
     systems = [f"{s}: {r:.2f}x {first} (median over points both ran)" for s, r in ratios.items()]
     ours = [
-        _say(SAY["scaling"], ddp) or "no DDP point to set against a smaller card count",
+        _say(NOTES["ours"]["scaling"], ddp) or "no DDP point to set against a smaller card count",
         attention if len(gain) else "not both measured",
-        _say(SAY["fastest"], best.sort_values(["system", "model", "cards"])) or "no point ran",
-        _say(SAY["hole"], points[points["tps"].isna()]) or "every point ran",
+        _say(NOTES["ours"]["fastest"], best.sort_values(["system", "model", "cards"]))
+        or "no point ran",
+        _say(NOTES["ours"]["hole"], points[points["tps"].isna()]) or "every point ran",
         "; ".join(systems) or f"one system in this study ({joined(points['system'])})",
     ]
-    return pd.DataFrame(list(PAPER.items()), columns=["finding", "paper (Gaudi)"]).assign(ours=ours)
+    return pd.DataFrame(
+        list(NOTES["paper_findings"].items()), columns=["finding", "paper (Gaudi)"]
+    ).assign(ours=ours)
 
 
 def note(runs: pd.DataFrame) -> str:

@@ -1,9 +1,23 @@
-"""The report's tables: ours beside the published numbers, in the paper's order and layout."""
+"""Records (one JSON per job) -> one tidy table; the report's tables, beside the published."""
 
+import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import pandas as pd
+import yaml
 
+from accelstudy.paths import RESOURCES
+from accelstudy.points import bits_label
+
+NOTES = yaml.safe_load(Path(__file__).with_name("notes.yaml").read_text())  # the prose
+SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
+WHAT = ("study", "stage", "system", "device", "model", "task", "method")
+# a fine-tuning or SR3 point's parameters the tables group by, and the per-rank model-state bytes
+POINT_KEYS = ("strategy", "attention", "cards", "devices", "repeat")
+MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
+Files = Iterable[str | Path]
+# the report's tables: ours beside the published numbers, in the paper's order and layout
 PERCENT_METRICS = {"accuracy"}
 PAPER_BITS = ["[16,8,4]", "[8,8,4]", "[8,4,4]"]
 # the real recipes (ours by name, the published by method key) as the paper labels them
@@ -25,6 +39,81 @@ TRADEOFF = ["panel", "task", "metric", "compression", "value", "bit list", "reci
 # our columns and the published ones under the TRADEOFF names
 OURS = {"metric_compression_ratio": "compression", "bits": "bit list", "recipe": "recipe / system"}
 PUBLISHED = {"column": "bit list", "system": "recipe / system"}
+
+
+def flatten(record: dict) -> dict:
+    """A record's table columns; numeric metrics (nested ones too) become metric_* columns."""
+    metrics, provenance = record["metrics"], record["provenance"]
+    primary = metrics.get("primary_metric")
+    rank0 = (metrics.get("model_state_bytes") or [{}])[0]
+    resumed = metrics.get("clean_measurement") is False  # shown, but its speed is not clean
+    row = {
+        **{key: record[key] for key in WHAT},
+        "protocol": record.get("protocol", ""),
+        "data": SOURCE_LABELS.get(record["data_source"], record["data_source"]),
+        "metric": primary,
+        "value": metrics.get(primary) if primary else None,
+        "tokens_per_s": metrics.get("tokens_per_s", NAN),
+        "peak_memory_mib": round(metrics.get("peak_memory_bytes", NAN) / 2**20, 1),
+        "status": "ok-resumed" if resumed else metrics.get("status", ""),
+        "peak_memory_method": metrics.get("peak_memory_method", ""),
+        **{key: record["parameters"].get(key) for key in POINT_KEYS},
+        "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),
+        "wall_time_s": metrics["wall_time_s"],
+        **{key: provenance[key] for key in ("git_commit", "config_hash")},
+        "device_name": provenance["hardware"].get("device_name", ""),
+    }
+    for key, value in metrics.items():
+        for name, number in value.items() if isinstance(value, dict) else [("", value)]:
+            column = f"{key}_{name}" if name else key
+            if isinstance(number, int | float) and column not in row:
+                row[f"metric_{column}"] = number
+    return row
+
+
+def collect_records(paths: Files) -> pd.DataFrame:
+    """One row per record, with its path (files written beside it, such as SR3 samples)."""
+    paths = sorted(map(str, paths))
+    return pd.DataFrame([{**flatten(json.loads(Path(p).read_text())), "record": p} for p in paths])
+
+
+def collect_sensitivity(tables: Files, assignments: Files) -> pd.DataFrame:
+    """Sensitivity tables with the bits each bit list assigned (model, task from the paths)."""
+    specs: dict[tuple[str, str], list[dict]] = {}
+    for path in map(Path, assignments):
+        key = (path.parents[3].name, path.parents[2].name)
+        specs.setdefault(key, []).append(json.loads(path.read_text()))
+    frames = []
+    for path in map(Path, tables):
+        model, task = path.parents[2].name, path.parents[1].name
+        found = {bits_label(s["bits"]): s for s in specs.get((model, task), [])}
+        order = bit_order(found)
+        frame = pd.read_csv(path).assign(model=model, bit_lists=" / ".join(order))
+        targets = zip(frame["name"], frame["layer"], strict=True)
+        frame["bits"] = [" / ".join(str(_assigned(found[b], *t)) for b in order) for t in targets]
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _assigned(spec: dict, name: str, layer: int) -> int:
+    """The bits an assignment gives one pruned target (a layer, or a module of one)."""
+    return spec["module_bits"][name] if "module_bits" in spec else spec["layer_bits"][str(layer)]
+
+
+def joined(values: Iterable[str]) -> str:
+    """The distinct values in order of appearance, as "a, b"."""
+    return ", ".join(dict.fromkeys(values))
+
+
+def ours_note(runs: pd.DataFrame, ours: str, unit: str, standin: str, *after: str) -> str:
+    """What our numbers are: `ours`, then what CPU `unit`s and stand-in data mean where used."""
+    cpu = f"A {unit} is a CPU process (gloo), not an accelerator."
+    said = {cpu: runs["device"].eq("cpu").any(), standin: runs["data"].eq("stand-in").any()}
+    return " ".join([ours, *(text for text, used in said.items() if used), *after])
+
+
+def load_published() -> pd.DataFrame:
+    return pd.read_csv(RESOURCES / "published.csv", dtype={"split": str})
 
 
 def bit_order(labels: Iterable[str]) -> list[str]:
@@ -81,13 +170,13 @@ def _wide(long: list[dict], index: list[str], columns: Sequence[str]) -> pd.Data
 
 
 def _quantized(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """FP32 records (paper protocol) and quantized ones with recipe, bit list, Table 1 column."""
+    """Baseline (paper protocol) and quantized records with recipe, bit list, Table 1 column."""
     fp32 = records[(records["stage"] == "baseline") & (records["protocol"] == "paper")]
-    fp32 = fp32.assign(column=fp32["method"].map(lambda m: BASELINE_LABELS.get(m, m)))
+    label = fp32["method"].replace(BASELINE_LABELS)
+    fp32 = fp32.assign(column=label, bits=label, recipe=label, metric_compression_ratio=1.0)
     quantized = records[records["stage"] == "quantized"]
     method = quantized["method"].str.split(" ")
-    recipe = method.str[0].map(lambda r: RECIPE_LABELS.get(r, r))
-    bits = method.str[1]
+    recipe, bits = method.str[0].map(lambda r: RECIPE_LABELS.get(r, r)), method.str[1]
     column = bits.where(recipe == RECIPE_LABELS["fake"], recipe + " " + bits)
     return fp32, quantized.assign(recipe=recipe, bits=bits, column=column)
 
@@ -99,7 +188,6 @@ def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame
     real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
     bases = [label for label in BASELINE_LABELS.values() if label in set(fp32["column"])]
     columns = [*bases, *order, *(f"{label} {b}" for label in real for b in order)]
-    fp32 = fp32.assign(metric_compression_ratio=1.0)
     long = []
     for (model, data, task), group in quantized.groupby(["model", "data", "task"]):
         key = {"model": model, "data": data, "task": task}
@@ -120,13 +208,11 @@ def published_long(published: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (task, system, split), group in table.groupby(["task", "system", "split"], sort=False):
         fp32 = base[(base["task"] == task) & (base["split"] == split)]
-        fp32 = fp32[fp32["system"].isin([system, "paper"])]
+        first = fp32.loc[fp32["system"].isin([system, "paper"]), "value"].iloc[0]
         ties = TIE_RULES[system] if task in TIED_TASKS else None
         metric = metric_label(group["metric"].iloc[0], ties)
-        methods = ["FP32", *group["method"]]
-        values = [fp32["value"].iloc[0], *group["value"]]
         percentile = f"percentile {'8/7/7' if (system, task) in SPLITS_8_7_7 else '7/7/8'}"
-        for method, value in zip(methods, values, strict=True):
+        for method, value in [("FP32", first), *zip(group["method"], group["value"], strict=True)]:
             ratio = 1.0 if method == "FP32" else ratios["value"].get((percentile, method), NAN)
             rows.append((task, system, metric, PUBLISHED_REAL.get(method, method), value, ratio))
     return pd.DataFrame(rows, columns=LONG)
@@ -146,9 +232,7 @@ def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFr
     """Quality against compression per (bit list, recipe), ours then the published."""
     fp32, quantized = _quantized(records)
     keys = quantized[["model", "task"]].drop_duplicates()
-    fp32 = fp32.merge(keys)
-    fp32 = fp32.assign(bits=fp32["column"], recipe=fp32["column"], metric_compression_ratio=1.0)
-    ours = pd.concat([fp32, quantized])
+    ours = pd.concat([fp32.merge(keys), quantized])
     pub = published_long(published).dropna(subset=["compression"])
     pub = pub[pub["task"].isin(keys["task"])]
     shown = [display(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)]
