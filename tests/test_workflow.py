@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -90,6 +91,27 @@ def test_report_written(study):
     assert (report / "index.html").is_file() and (report / "report.md").is_file()
     assert "stand-in" in (report / "report.md").read_text()
     assert (study / "results" / "tiny" / "tables" / "records.parquet").is_file()
+
+
+def test_where_the_time_went(study):
+    """Every job's benchmark file per rule; each record's start-up and measured work fit
+    inside the wall time Snakemake measured around its job."""
+    tables = study / "results" / "tiny" / "tables"
+    rules = pd.read_csv(tables / "time_rules.csv").set_index("rule")
+    jobs = pd.read_csv(tables / "time_jobs.csv")
+    ran = {"prepare_model": 1, "prepare_data": 4, "baseline": 4, "sensitivity": 2, "cluster": 2}
+    ran |= {"gather_sensitivity": 1, "quantize": 4, "finetune": 1, "diffusion": 2}
+    for rule, count in ran.items():
+        assert rules.loc[rule, "jobs"] == count, rule
+    timed = jobs.dropna(subset=["startup_s"])
+    assert set(timed["rule"]) == {"baseline", "quantize", "finetune", "diffusion"}
+    assert len(timed) == 4 + 4 + 1 + 2 and timed["wall_s"].notna().all()
+    assert (timed["startup_s"] > 0).all() and (timed["measured_s"] >= 0).all()
+    assert (timed["startup_s"] + timed["measured_s"] <= timed["wall_s"] + 0.2).all()
+    record = json.loads((study / "results/tiny/baseline/tiny/boolq/paper.json").read_text())
+    times = record["provenance"]["timeline"]
+    assert 0 < times["ready_s"] <= times["measured_s"] < times["end_s"]
+    assert "Where the time went" in (study / "results/tiny/report/report.md").read_text()
 
 
 def test_second_invocation_has_nothing_to_do(study):

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelstudy import timeline
 from accelstudy.device import Device
 from accelstudy.errors import StudyError
 from accelstudy.records import Job
@@ -99,6 +100,7 @@ class PointJob(Job):
         finally:
             result.unlink(missing_ok=True)
         self.rank_hosts = outcome.get("rank_hosts", [])
+        timeline.MARKS.update(outcome.get("timeline", {}))  # rank 0's phases
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = Device(outcome["device"], self.system.label)

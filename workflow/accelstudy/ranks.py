@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from accelstudy import timeline
 from accelstudy.files import write_json
 from accelstudy.launch import RENDEZVOUS_PORT
 from accelstudy.points import Point
@@ -76,7 +77,8 @@ def run(point: Point, out: Path, work: Callable[[], Measured], summarise: Summar
         torch.distributed.all_gather_object(measured, (local, node))
     if rank == 0:
         hosts = [host for _, host in measured]
-        write_result(out, "ok", {**summarise([m for m, _ in measured]), "rank_hosts": hosts})
+        result = {**summarise([m for m, _ in measured]), "rank_hosts": hosts}
+        write_result(out, "ok", result | {"timeline": timeline.MARKS})
     if torch.distributed.is_initialized():
         # leave together: a rank that tears gloo down while a peer still talks aborts it
         torch.distributed.barrier()

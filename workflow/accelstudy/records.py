@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelstudy import __version__
+from accelstudy import __version__, timeline
 from accelstudy.config import config_hash
 from accelstudy.files import write_json
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
@@ -93,6 +93,7 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
         "scheduler": scheduler_context(),
         "wall_time_s": round(wall_s, 3),
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "timeline": timeline.since_start(),
     }
 
 

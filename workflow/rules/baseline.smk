@@ -7,6 +7,8 @@ rule baseline:
         f"{RESULTS}/baseline/{{model}}/{{task}}/{{protocol}}.json",
     log:
         f"{RESULTS}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/baseline/{{model}}/{{task}}/{{protocol}}.tsv"
     conda:
         CONDA_ENV
     threads: 2

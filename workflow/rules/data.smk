@@ -4,6 +4,8 @@ rule prepare_model:
         directory(f"{RESULTS}/models/{{model}}"),
     log:
         f"{RESULTS}/logs/prepare_model/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_model/{{model}}.tsv"
     conda:
         CONDA_ENV
     threads: 2
@@ -25,6 +27,8 @@ rule prepare_data:
         source=f"{RESULTS}/data/{{task}}/{{split}}.source.json",
     log:
         f"{RESULTS}/logs/prepare_data/{{task}}-{{split}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_data/{{task}}-{{split}}.tsv"
     conda:
         CONDA_ENV
     resources:

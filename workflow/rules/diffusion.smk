@@ -9,6 +9,8 @@ rule prepare_dust:
         source=f"{RESULTS}/data/dust/pairs.source.json",
     log:
         f"{RESULTS}/logs/prepare_data/dust.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_dust.tsv"
     conda:
         CONDA_ENV
     params:
@@ -28,6 +30,8 @@ rule diffusion:
         samples=f"{RESULTS}/diffusion/devices-{{devices}}/repeat-{{repeat}}.samples.npz",
     log:
         f"{RESULTS}/logs/diffusion/devices-{{devices}}-{{repeat}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/diffusion/devices-{{devices}}/repeat-{{repeat}}.tsv"
     conda:
         CONDA_ENV
     threads: STUDY.point_threads

@@ -8,6 +8,8 @@ rule prepare_instructions:
         source=f"{RESULTS}/data/instructions/train.source.json",
     log:
         f"{RESULTS}/logs/prepare_data/instructions.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_instructions.tsv"
     conda:
         CONDA_ENV
     params:
@@ -25,6 +27,8 @@ rule finetune:
         f"{RESULTS}/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.json",
     log:
         f"{RESULTS}/logs/finetune/{{model}}-{{strategy}}-{{attention}}-{{cards}}-{{repeat}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.tsv"
     conda:
         CONDA_ENV
     threads: STUDY.point_threads

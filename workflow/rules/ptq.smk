@@ -8,6 +8,8 @@ rule sensitivity:
         f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}/chunk-{{chunk}}.json",
     log:
         f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.tsv"
     conda:
         CONDA_ENV
     threads: 2
@@ -36,6 +38,8 @@ rule gather_sensitivity:
         f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}.csv",
     log:
         f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-gather.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/gather_sensitivity/{{model}}-{{task}}-{{granularity}}.tsv"
     conda:
         CONDA_ENV
     shell:
@@ -50,6 +54,8 @@ rule cluster:
         f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
     log:
         f"{RESULTS}/logs/cluster/{{model}}-{{task}}-{{granularity}}-{{bits}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/cluster/{{model}}-{{task}}-{{granularity}}-{{bits}}.tsv"
     conda:
         CONDA_ENV
     params:
@@ -72,6 +78,8 @@ rule quantize:
         f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
     log:
         f"{RESULTS}/logs/quantize/{{model}}-{{task}}-{{granularity}}-{{bits}}-{{recipe}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/quantize/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.tsv"
     conda:
         CONDA_ENV
     threads: 2

@@ -14,6 +14,8 @@ rule report:
         records_parquet=f"{RESULTS}/tables/records.parquet",
     log:
         f"{RESULTS}/logs/report.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report.tsv"
     conda:
         CONDA_ENV
     params:
@@ -39,6 +41,8 @@ rule compare:
         f"{COMPARE['out']}/index.html",
     log:
         f"{COMPARE['out']}/compare.log",
+    benchmark:
+        f"{COMPARE['out']}/compare.benchmark.tsv"
     conda:
         CONDA_ENV
     params:

@@ -16,7 +16,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from accelstudy import ranks
+from accelstudy import ranks, timeline
 from accelstudy.data.dust import load_pairs
 from accelstudy.device import DTYPES, resolve
 from accelstudy.diffusion import quality, sr3
@@ -72,6 +72,7 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measure
     losses, seen = [], []
     device.synchronize()
     begin = warm = time.perf_counter()
+    timeline.mark("ready")
     for step in range(1, iterations + 1):
         epoch, (lr, hr, index) = next(stream)
         if epoch == 0:
@@ -88,6 +89,7 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measure
         if step == warmup:
             device.synchronize()
             warm = time.perf_counter()
+            timeline.mark("measured")
     device.synchronize()
     end = time.perf_counter()
     # this rank's clock and losses (the record keeps rank 0's)

@@ -4,6 +4,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Self
 
+from accelstudy import timeline
 from accelstudy.device import Device
 
 
@@ -20,6 +21,8 @@ class Meter:
         self.device.synchronize()
         self.device.reset_peak_memory()
         self._start = time.perf_counter()
+        timeline.mark("ready")  # an evaluation has no warm-up: measured from here
+        timeline.mark("measured")
         return self
 
     def __exit__(self, *exc) -> None:

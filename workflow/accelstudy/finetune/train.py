@@ -26,7 +26,7 @@ from transformers import (
     default_data_collator,
 )
 
-from accelstudy import ranks
+from accelstudy import ranks, timeline
 from accelstudy.data.instructions import concatenated_blocks, load_examples
 from accelstudy.device import DTYPES, host_peak_rss, resolve
 from accelstudy.finetune import strategies
@@ -51,6 +51,7 @@ class Meter(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = state.global_step
         self.times["begin"] = time.perf_counter()
+        timeline.mark("ready")
 
     def on_step_begin(self, args, state, control, **kwargs):
         if os.environ.get(OOM_HOOK) == "1":
@@ -63,6 +64,7 @@ class Meter(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step - self.start == self.warmup_steps:
             self.times["warm"] = time.perf_counter()
+            timeline.mark("measured")
 
     def on_save(self, args, state, control, **kwargs):
         ranks.killed_at(state.global_step)  # the test hook: dies after this checkpoint

@@ -9,7 +9,7 @@ import pandas as pd
 
 from accelstudy.files import atomic_open
 from accelstudy.points import bits_label
-from accelstudy.report import diffusion, figures, finetune, tables
+from accelstudy.report import diffusion, figures, finetune, tables, timing
 from accelstudy.report.tables import NOTES
 
 PUBLISHED = "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
@@ -115,6 +115,17 @@ def _diffusion(records: pd.DataFrame, folder: Path) -> list[Section]:
     ]
 
 
+def _timing(record_paths: Sequence[str | Path], results_dir: Path) -> list[Section]:
+    """Where the time went, per rule and per job (tables/time_rules.csv, time_jobs.csv)."""
+    rules, jobs = timing.time_tables(record_paths, results_dir)
+    write_csv(rules, results_dir / "tables" / "time_rules.csv")
+    write_csv(jobs, results_dir / "tables" / "time_jobs.csv")
+    return [
+        Section("Where the time went, per rule", NOTES["timing"], rules),
+        Section("Where the time went, per job", "", jobs),
+    ]
+
+
 def build_report(
     study: str,
     record_paths: Iterable[str | Path],
@@ -128,6 +139,7 @@ def build_report(
     """The study report from records (with PTQ: sensitivity, assignments, ptq settings)."""
     results_dir = Path(results_dir)
     out, figure = results_dir / "tables", results_dir / "report" / "figures"
+    record_paths = list(record_paths)
     records = tables.collect_records(record_paths)
     published = tables.load_published()
     write_records(records, out)
@@ -157,6 +169,7 @@ def build_report(
         *([] if ours.empty else ptq),
         *_finetune(records, results_dir),
         *_diffusion(records, results_dir),
+        *_timing(record_paths, results_dir),
     ]
     commits = ", ".join(sorted(records["git_commit"].unique()))
     intro = f"{len(records)} result records; code {commits}."

@@ -1,0 +1,61 @@
+"""Where a study's time went: Snakemake's benchmark file of every job (wall, CPU time, peak RSS)
+beside each record's timeline (the start-up before its measured work, then the rest)."""
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+RULE_OF_STAGE = {"baseline": "baseline", "quantized": "quantize"}  # else the stage's own name
+JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", "startup_s", "measured_s"]
+
+
+def benchmarks(results_dir: Path) -> pd.DataFrame:
+    """A row per benchmarks/<rule>[/<job>].tsv: the job's last run (Snakemake appends repeats)."""
+    rows = []
+    for path in sorted((results_dir / "benchmarks").rglob("*.tsv")):
+        rule, *job = path.relative_to(results_dir / "benchmarks").with_suffix("").parts
+        last = pd.read_csv(path, sep="\t").iloc[-1]
+        numbers = pd.to_numeric(last[["s", "cpu_time", "max_rss"]], errors="coerce")
+        rows.append([rule, "/".join(job) or "-", *numbers])
+    return pd.DataFrame(rows, columns=["rule", "job", "wall_s", "cpu_s", "max_rss_mib"])
+
+
+def timelines(record_paths: Iterable[str | Path], results_dir: Path) -> pd.DataFrame:
+    """A row per record: seconds from its process start to its first measured step (start-up:
+    interpreter, imports, model and data, warm-up), and from there to its record."""
+    rows = []
+    for path in map(Path, record_paths):
+        record = json.loads(path.read_text())
+        times = record["provenance"].get("timeline", {})
+        if "end_s" not in times:
+            continue  # a point that did not run, or a record from before timelines
+        startup = times.get("measured_s", times.get("ready_s", times["end_s"]))
+        rule = RULE_OF_STAGE.get(record["stage"], record["stage"])
+        job = "/".join(path.resolve().relative_to(results_dir.resolve()).with_suffix("").parts[1:])
+        rows.append([rule, job, startup, times["end_s"] - startup])
+    return pd.DataFrame(rows, columns=["rule", "job", "startup_s", "measured_s"])
+
+
+def time_tables(
+    record_paths: Iterable[str | Path], results_dir: Path
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per rule, per job): each job's benchmark beside its record's start-up and measured work;
+    per rule the sums, each rule's share of all jobs' wall time and its start-up share."""
+    jobs = benchmarks(results_dir).merge(
+        timelines(record_paths, results_dir), on=["rule", "job"], how="outer"
+    )[JOB]
+    rules = jobs.groupby("rule", as_index=False).agg(
+        jobs=("job", "size"),
+        wall_s=("wall_s", "sum"),
+        cpu_s=("cpu_s", "sum"),
+        max_rss_mib=("max_rss_mib", "max"),
+        startup_s=("startup_s", lambda s: s.sum(min_count=1)),
+        measured_s=("measured_s", lambda s: s.sum(min_count=1)),
+    )
+    rules["wall_share"] = (rules["wall_s"] / rules["wall_s"].sum()).map("{:.0%}".format)
+    rules["startup_share"] = rules["startup_s"] / (rules["startup_s"] + rules["measured_s"])
+    rules["startup_share"] = rules["startup_share"].map(lambda v: "-" if pd.isna(v) else f"{v:.0%}")
+    rules = rules.sort_values("wall_s", ascending=False, ignore_index=True)
+    return rules.round(1), jobs.sort_values(["rule", "job"], ignore_index=True).round(1)
