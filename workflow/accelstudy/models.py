@@ -99,8 +99,9 @@ def load_from_source(spec: dict[str, Any], seed: int = 0) -> tuple[PreTrainedMod
         return tiny_random_llama(**spec.get("tiny", {}), seed=seed)
     file = gguf_path(spec)
     check_gguf_is_causal_lm(file)
+    # the tokenizer must not get the dtype: it would keep it and fail to save it as JSON
+    tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
     options = {"gguf_file": file.name, DTYPE_KWARG: torch.float32}
-    tokenizer = AutoTokenizer.from_pretrained(str(file.parent), **options)
     model = AutoModelForCausalLM.from_pretrained(str(file.parent), **options)
     if hasattr(model.config, "quantization_config"):  # dequantized to FP32: forget the GGUF
         del model.config.quantization_config  # origin, so that a reload is plain
