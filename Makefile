@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/prefix_reuse.py
 	$(BIN)/python bench/finetune.py
 	$(BIN)/python bench/diffusion.py
+	$(BIN)/python bench/vs_lm_eval.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,0 +1,168 @@
+"""Our lm-eval-protocol evaluation against lm-evaluation-harness's HF backend, as users run each.
+
+On the same prepared safetensors (the embedded SmolLM2-135M, FP32) and the same items (the
+default study's stand-in tasks and limits): lm-eval in its own process per task at each batch
+size (1, 8, 32, auto; its response cache off), and our `accelstudy baseline --protocol lm-eval`
+jobs exactly as the baseline rule runs them (one process per task). Process start, imports and
+model load count on both sides. Prints both sides' numbers (they must be equal) and the ratio
+lm-eval wall / ours, per task and in total (lm-eval's total: each task at its fastest batch
+size, or all three in one process at the best batch size, whichever is faster).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from accelstudy.data.sources import read_prepared  # noqa: E402
+from accelstudy.evaluate.perplexity import documents  # noqa: E402
+from accelstudy.tasks import TASKS, relevant_settings  # noqa: E402
+
+from tests.harness_tasks import task_yaml  # noqa: E402
+
+BIN = Path(sys.executable).parent
+MODEL = {"source": "gguf", "gguf_file": "embedded"}
+# the metrics both sides report, and how close "equal" is (accuracies: identical)
+METRICS = {
+    "hellaswag": {"acc": 0.0, "acc_norm": 0.0},
+    "boolq": {"acc": 0.0},
+    "wikitext": {"word_perplexity": 1e-6, "byte_perplexity": 1e-6, "bits_per_byte": 1e-6},
+}
+
+
+def timed(command: list[str], log: Path, threads: int) -> float:
+    """Wall seconds of one process, its output kept in `log`; a failure stops the bench."""
+    env = os.environ | {"OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
+    start = time.perf_counter()
+    with log.open("w") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    if done.returncode:
+        sys.exit(f"failed ({done.returncode}): {' '.join(command)}; see {log}")
+    return time.perf_counter() - start
+
+
+def prepare(work: Path, study: dict) -> tuple[Path, dict[str, Path]]:
+    """The prepared model and each task's prepared evaluation split, as the study makes them."""
+    model = work / "model"
+    accelstudy = str(BIN / "accelstudy")
+    spec = json.dumps(MODEL)
+    run = [accelstudy, "prepare-model", "--spec", spec, "--seed", "0", "--out", str(model)]
+    timed(run, work / "prepare-model.log", 2)
+    data = {}
+    for task, entry in study["tasks"].items():
+        split = entry["eval_split"]
+        data[task] = work / "data" / task / f"{split}.jsonl"
+        spec = json.dumps({"source": entry["source"]})
+        run = [accelstudy, "prepare-data", "--task", task, "--spec", spec]
+        run += ["--split", split, "--out", str(data[task])]
+        timed(run, work / f"prepare-{task}.log", 2)
+    return model, data
+
+
+def ours(work: Path, study: dict, model: Path, data: dict, threads: int) -> dict:
+    """Each task as the baseline rule runs it: (wall seconds, metrics)."""
+    results = {}
+    for task, entry in study["tasks"].items():
+        out = work / "ours" / f"{task}.json"
+        settings = relevant_settings(task, "lm-eval", study["evaluation"])
+        run = [str(BIN / "accelstudy"), "baseline", "--study", "bench", "--system", "cpu"]
+        run += ["--model-name", "smollm2-135m", "--model-dir", str(model), "--task", task]
+        run += ["--protocol", "lm-eval", "--data", str(data[task]), "--data-source", "standin"]
+        run += ["--settings", json.dumps(settings, sort_keys=True)]
+        run += ["--limit", str(entry["limit"]), "--out", str(out)]
+        wall = timed(run, work / f"ours-{task}.log", threads)
+        results[task] = (wall, json.loads(out.read_text())["metrics"])
+    return results
+
+
+def harness_data(work: Path, study: dict, data: dict) -> str:
+    """lm-eval's own task definitions pointed at the same items (WikiText: the same pages)."""
+    tasks_dir = work / "harness-tasks"
+    tasks_dir.mkdir()
+    names = {}
+    for task, entry in study["tasks"].items():
+        rows = read_prepared(data[task])
+        if task == "wikitext":
+            rows = [{"page": page} for page in documents(rows)]
+        names[task] = task_yaml(tasks_dir, task, rows[: entry["limit"]])
+    return str(tasks_dir), names
+
+
+def harness(work: Path, tasks_dir: str, names: list[str], model: Path, batch: str, threads: int):
+    """One lm-eval process on `names`: (wall seconds, {task name: metrics})."""
+    out = work / "harness" / f"{'+'.join(names)}-{batch}"
+    max_length = 2048
+    run = [str(BIN / "lm_eval"), "run", "--model", "hf", "--device", "cpu"]
+    run += ["--model_args", f"pretrained={model},dtype=float32,max_length={max_length}"]
+    run += ["--tasks", *names, "--include_path", tasks_dir, "--batch_size", batch]
+    run += ["--num_fewshot", "0", "--output_path", str(out)]
+    wall = timed(run, work / f"harness-{'+'.join(names)}-{batch}.log", threads)
+    results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]
+    return wall, {name: {k.split(",")[0]: v for k, v in results[name].items()} for name in names}
+
+
+def equal(task: str, ours: dict, theirs: dict) -> bool:
+    return all(
+        abs(ours[metric] - theirs[metric]) <= tolerance * abs(theirs[metric])
+        for metric, tolerance in METRICS[task].items()
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "config/config.yaml"))
+    parser.add_argument("--batch-sizes", default="1,8,32,auto")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--work", help="keep the prepared files and logs here")
+    args = parser.parse_args()
+    study = yaml.safe_load(Path(args.config).read_text())
+    study["tasks"] = {t: study["tasks"][t] for t in sorted(study["tasks"]) if t in TASKS}
+    work = Path(args.work or tempfile.mkdtemp(prefix="vs-lm-eval-"))
+    work.mkdir(parents=True, exist_ok=True)
+    model, data = prepare(work, study)
+    tasks_dir, names = harness_data(work, study, data)
+    mine = ours(work, study, model, data, args.threads)
+
+    batches = args.batch_sizes.split(",")
+    print(f"{'task':10} {'batch':>5} {'lm-eval s':>9}  metrics")
+    walls: dict[str, dict[str, float]] = {}
+    best = {}
+    for task, name in names.items():
+        for batch in batches:
+            wall, metrics = harness(work, tasks_dir, [name], model, batch, args.threads)
+            print(f"{task:10} {batch:>5} {wall:9.1f}  {metrics[name]}")
+            walls.setdefault(task, {})[batch] = wall
+            if task not in best or wall < best[task][0]:
+                best[task] = (wall, metrics[name], batch)
+    # all three in one process, at the batch size fastest over the three
+    batch = min(batches, key=lambda b: sum(walls[t][b] for t in walls))
+    together, _ = harness(work, tasks_dir, list(names.values()), model, batch, args.threads)
+    print(f"{'all three':10} {batch:>5} {together:9.1f}")
+
+    print(f"\n{'task':10} {'ours s':>7} {'lm-eval s':>9} {'ratio':>6}  equal  ours / lm-eval")
+    same = True
+    for task, (wall, metrics) in mine.items():
+        theirs, their_metrics, _ = best[task]
+        ok = equal(task, metrics, their_metrics)
+        same &= ok
+        pairs = ", ".join(f"{m} {metrics[m]:.6g} / {their_metrics[m]:.6g}" for m in METRICS[task])
+        print(f"{task:10} {wall:7.1f} {theirs:9.1f} {theirs / wall:6.2f}  {ok!s:5}  {pairs}")
+    total_ours = sum(wall for wall, _ in mine.values())
+    total_theirs = min(sum(wall for wall, _, _ in best.values()), together)
+    ratio = total_theirs / total_ours
+    print(f"{'total':10} {total_ours:7.1f} {total_theirs:9.1f} {ratio:6.2f}  {same!s:5}")
+    print(f"lm-eval / ours = {ratio:.2f} (target >= 1.5); numbers equal: {same}; work: {work}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
