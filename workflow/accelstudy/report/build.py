@@ -116,7 +116,10 @@ def _diffusion(records: pd.DataFrame, folder: Path) -> list[Section]:
 
 
 def _timing(record_paths: Sequence[str | Path], results_dir: Path) -> list[Section]:
-    """Where the time went, per rule and per job (tables/time_rules.csv, time_jobs.csv)."""
+    """Where the time went, per rule and per job (tables/time_rules.csv, time_jobs.csv), in a
+    study Snakemake ran (its jobs' benchmark files are there)."""
+    if not (results_dir / "benchmarks").is_dir():
+        return []
     rules, jobs = timing.time_tables(record_paths, results_dir)
     write_csv(rules, results_dir / "tables" / "time_rules.csv")
     write_csv(jobs, results_dir / "tables" / "time_jobs.csv")

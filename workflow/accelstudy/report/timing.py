@@ -33,7 +33,11 @@ def timelines(record_paths: Iterable[str | Path], results_dir: Path) -> pd.DataF
             continue  # a point that did not run, or a record from before timelines
         startup = times.get("measured_s", times.get("ready_s", times["end_s"]))
         rule = RULE_OF_STAGE.get(record["stage"], record["stage"])
-        job = "/".join(path.resolve().relative_to(results_dir.resolve()).with_suffix("").parts[1:])
+        try:  # results/<study>/<stage>/<job>.json, as the rules write them
+            job = path.resolve().relative_to(results_dir.resolve()).with_suffix("").parts[1:]
+        except ValueError:  # a record from elsewhere: named by its path
+            job = (str(path.with_suffix("")),)
+        job = "/".join(job)
         rows.append([rule, job, startup, times["end_s"] - startup])
     return pd.DataFrame(rows, columns=["rule", "job", "startup_s", "measured_s"])
 
@@ -43,19 +47,22 @@ def time_tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per rule, per job): each job's benchmark beside its record's start-up and measured work;
     per rule the sums, each rule's share of all jobs' wall time and its start-up share."""
-    jobs = benchmarks(results_dir).merge(
-        timelines(record_paths, results_dir), on=["rule", "job"], how="outer"
-    )[JOB]
-    rules = jobs.groupby("rule", as_index=False).agg(
-        jobs=("job", "size"),
-        wall_s=("wall_s", "sum"),
-        cpu_s=("cpu_s", "sum"),
-        max_rss_mib=("max_rss_mib", "max"),
-        startup_s=("startup_s", lambda s: s.sum(min_count=1)),
-        measured_s=("measured_s", lambda s: s.sum(min_count=1)),
+    jobs = (
+        benchmarks(results_dir)
+        .merge(timelines(record_paths, results_dir), on=["rule", "job"], how="outer")[JOB]
+        .astype({column: float for column in JOB[2:]})
     )
-    rules["wall_share"] = (rules["wall_s"] / rules["wall_s"].sum()).map("{:.0%}".format)
-    rules["startup_share"] = rules["startup_s"] / (rules["startup_s"] + rules["measured_s"])
-    rules["startup_share"] = rules["startup_share"].map(lambda v: "-" if pd.isna(v) else f"{v:.0%}")
+    sums = {column: (column, lambda s: s.sum(min_count=1)) for column in JOB[2:]}  # blank: none
+    rules = jobs.groupby("rule", as_index=False).agg(
+        jobs=("job", "size"), **sums | {"max_rss_mib": ("max_rss_mib", "max")}
+    )
+    wall = rules["wall_s"].sum()
+    rules["wall_share"] = (rules["wall_s"] / wall if wall else rules["wall_s"]).map(_percent)
+    startup = rules["startup_s"] / (rules["startup_s"] + rules["measured_s"])
+    rules["startup_share"] = startup.map(_percent)
     rules = rules.sort_values("wall_s", ascending=False, ignore_index=True)
     return rules.round(1), jobs.sort_values(["rule", "job"], ignore_index=True).round(1)
+
+
+def _percent(share: float) -> str:
+    return "-" if pd.isna(share) or share == 0 else f"{share:.0%}"
