@@ -710,3 +710,45 @@ def test_samples_panel_shows_the_first_point_that_ran(tmp_path):
     assert titles == ["low-res input", "SR3 output: 26.0 dB", "bicubic: 20.0 dB", "truth"]
     assert fig.axes[0].get_images()[0].get_array().shape == (4, 4)
     assert "PSNR/SSIM SR 25.00 dB/0.750, bicubic 22.00 dB/0.500" in fig._suptitle.get_text()
+
+
+def test_time_tables_join_benchmarks_and_timelines(tmp_path):
+    """A job's Snakemake benchmark beside its record's start-up and measured seconds, by the
+    record's path; a rule without records keeps blanks; a record from elsewhere stays apart."""
+    from accelstudy.report.timing import time_tables
+
+    results = tmp_path / "results" / "t"
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    benchmarks = {
+        "baseline/m/boolq/paper": (9.5, 700.0, 9.0),
+        "cluster/m-boolq-layer-8": (1.0, 3.0, 0.5),
+    }
+    for job, (wall, rss, cpu) in benchmarks.items():
+        path = results / "benchmarks" / f"{job}.tsv"
+        path.parent.mkdir(parents=True)
+        path.write_text(header + f"{wall}\t0:00:09\t{rss}\t0\t0\t0\t0\t0\t0\t{cpu}\n")
+    record = _record("boolq", "paper", "accuracy", 0.5)
+    record["provenance"]["timeline"] = {
+        "started_at": "-",
+        "ready_s": 4.0,
+        "measured_s": 4.5,
+        "end_s": 9.0,
+    }
+    inside = results / "baseline" / "m" / "boolq" / "paper.json"
+    write_record(inside, record)
+    elsewhere = _write([record], tmp_path)[0]
+    rules, jobs = time_tables([inside, elsewhere], results)
+    baseline = jobs[jobs["job"] == "m/boolq/paper"].iloc[0]
+    assert (baseline["wall_s"], baseline["cpu_s"], baseline["max_rss_mib"]) == (9.5, 9.0, 700.0)
+    assert (baseline["startup_s"], baseline["measured_s"]) == (4.5, 4.5)
+    apart = jobs[jobs["job"] == str(elsewhere.with_suffix(""))].iloc[0]
+    assert pd.isna(apart["wall_s"]) and apart["startup_s"] == 4.5
+    by_rule = rules.set_index("rule")
+    assert (
+        by_rule.loc["baseline", "jobs"] == 2 and by_rule.loc["baseline", "startup_share"] == "50%"
+    )
+    assert by_rule.loc["baseline", "wall_share"] == "90%"  # 9.5 of 10.5 s
+    assert (
+        pd.isna(by_rule.loc["cluster", "startup_s"])
+        and by_rule.loc["cluster", "startup_share"] == "-"
+    )
