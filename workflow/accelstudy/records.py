@@ -123,6 +123,7 @@ class Job:
     started: float = field(init=False, repr=False, default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
+        timeline.MARKS.clear()  # this job's phases, not an earlier job's in the same process
         if isinstance(self.system, str):
             self.system = load_system(self.system)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-RULE_OF_STAGE = {"baseline": "baseline", "quantized": "quantize"}  # else the stage's own name
+RULE_OF_STAGE = {"quantized": "quantize"}  # else the stage's own name
 JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", "startup_s", "measured_s"]
 
 
