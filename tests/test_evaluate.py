@@ -187,3 +187,20 @@ def test_multiple_choice_accuracy_from_items(tiny, cpu, standin):
     for item in items:
         normalised = np.array(item["loglikelihoods"]) / np.array(item["n_tokens"])
         assert item["prediction"] == int(np.argmax(normalised))
+
+
+@pytest.mark.parametrize("task", ["hellaswag", "boolq"])
+def test_scores_do_not_depend_on_the_batch_size(task, tiny, standin):
+    """1, 8 or 32 items per packed batch (and a truncated item among them): the same scores."""
+    model, tokenizer = tiny
+    spec = CHOICE_PROTOCOLS[(task, "lm-eval")]
+    items = [tokenize_request(tokenizer, spec.build(r), spec, 2048) for r in standin[task][:40]]
+    max_length = max(len(c) for c, _ in items) - 3  # the longest items are truncated
+    runs = {n: score_items(model, items, max_length, items_per_batch=n) for n in (1, 8, 32)}
+    lls = {n: [s.loglikelihood for item in run for s in item] for n, run in runs.items()}
+    assert lls[8] == pytest.approx(lls[1], rel=1e-5, abs=1e-6)
+    assert lls[32] == pytest.approx(lls[1], rel=1e-5, abs=1e-6)
+    for n in (8, 32):
+        assert [[s.n_tokens for s in i] for i in runs[n]] == [
+            [s.n_tokens for s in i] for i in runs[1]
+        ]

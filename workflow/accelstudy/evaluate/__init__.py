@@ -6,7 +6,6 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy.device import Device
-from accelstudy.evaluate import perplexity
 from accelstudy.evaluate.meters import Meter
 from accelstudy.evaluate.multiple_choice import evaluate_multiple_choice
 from accelstudy.tasks import TASKS
@@ -28,6 +27,8 @@ def evaluate_task(
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; expected one of {PROTOCOLS}")
     spec, details = TASKS[task], []
+    if spec.kind == "perplexity":  # here, since it imports lm_eval's tasks (and datasets)
+        from accelstudy.evaluate import perplexity
     with Meter(device) as meter:
         if spec.kind == "perplexity" and protocol == "paper":
             blocks = perplexity.paper_blocks(tokenizer, rows, settings["block_size"], limit)

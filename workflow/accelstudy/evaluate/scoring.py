@@ -1,9 +1,8 @@
-"""Continuation log-likelihoods: `score_shared_contexts` scores each from its context's KV cache,
-as the references that run each in full do (`score_separately`, `score_padded_batch`)."""
+"""Continuation log-likelihoods: `score_shared_contexts` runs each context once, its continuations
+packed after it, as the references that run each in full do (`score_separately`,
+`score_padded_batch`)."""
 
-import inspect
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -29,13 +28,6 @@ def _score(logprobs: torch.Tensor, targets: list[int]) -> Score:
     return Score(float(picked.double().sum()), len(targets), greedy)
 
 
-@cache
-def _cache_argument(model_class: type) -> str:
-    """transformers 5 calls the KV cache `cache`; 4.x (the Gaudi stack) `past_key_values`."""
-    parameters = inspect.signature(model_class.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
-
-
 def pad_right(rows: list[list[int]], device: torch.device | None = None) -> torch.Tensor:
     """Rows of token ids (or mask bits) right-padded with 0 to the longest, as one tensor."""
     width = max(len(r) for r in rows)
@@ -45,45 +37,72 @@ def pad_right(rows: list[list[int]], device: torch.device | None = None) -> torc
 Item = tuple[list[int], list[list[int]]]  # (context tokens, each continuation's tokens)
 
 
+def _packed_rows(items: list[Item]) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """Per item one row: its context, then each continuation but its last token (the last is only
+    a target); each token's position (every continuation continues the context) and segment (0 the
+    context, k the k-th continuation)."""
+    ids, positions, segments = [], [], []
+    for context, continuations in items:
+        row, pos, seg = list(context), list(range(len(context))), [0] * len(context)
+        for k, cont in enumerate(continuations, start=1):
+            row += cont[:-1]
+            pos += range(len(context), len(context) + len(cont) - 1)
+            seg += [k] * (len(cont) - 1)
+        ids.append(row)
+        positions.append(pos)
+        segments.append(seg)
+    return ids, positions, segments
+
+
+def _tree_mask(segments: list[list[int]], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive (rows, 1, width, width) mask: a token sees earlier tokens of the context and of its
+    own segment; padding sees only itself (so no row is empty), and nothing sees padding."""
+    width = max(len(s) for s in segments)
+    seg = torch.tensor([s + [-1] * (width - len(s)) for s in segments], device=device)
+    index = torch.arange(width, device=device)
+    causal = index[:, None] >= index[None, :]
+    visible = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])
+    allowed = (causal & visible & (seg[:, None, :] >= 0)) | torch.eye(
+        width, dtype=torch.bool, device=device
+    )
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+
 @torch.inference_mode()
 def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Score]]:
-    """Score every item's continuations, each context run once, several items per batch: the
-    contexts run as one right-padded batch (only their last hidden states through the LM head); the
-    continuations but their last token run on top of each item's repeated cache rows, positions
-    continuing each context, the mask hiding context padding (their own is on the right: unseen)."""
+    """Score every item's continuations in one forward pass, one row per item (`_packed_rows`):
+    each context runs once, every continuation beside it at once (no KV cache to repeat), and the
+    LM head sees only the positions that predict a continuation token."""
     device = next(model.parameters()).device
-    contexts = [context for context, _ in items]
-    lengths = torch.tensor([len(c) for c in contexts], device=device)
-    ctx_mask = pad_right([[1] * len(c) for c in contexts], device)
-    out = model.get_decoder()(pad_right(contexts, device), attention_mask=ctx_mask, use_cache=True)
-    last = out.last_hidden_state[torch.arange(len(items), device=device), lengths - 1]
-    first = F.log_softmax(model.get_output_embeddings()(last).float(), dim=-1)
-
-    owners = [i for i, (_, conts) in enumerate(items) for _ in conts]
-    continuations = [cont for _, conts in items for cont in conts]
-    rest = None
-    if max(len(c) for c in continuations) > 1:
-        argument = _cache_argument(type(model))
-        kv = getattr(out, argument)
-        kv.batch_select_indices(torch.tensor(owners, device=device))
-        inputs = pad_right([c[:-1] for c in continuations], device)
-        mask = torch.cat([ctx_mask[owners], torch.ones_like(inputs)], dim=1)
-        positions = lengths[owners][:, None] + torch.arange(inputs.shape[1], device=device)[None]
-        cache = {"use_cache": True, argument: kv}
-        logits = model(inputs, attention_mask=mask, position_ids=positions, **cache).logits
-        rest = F.log_softmax(logits.float(), dim=-1)
-
-    scores: list[list[Score]] = [[] for _ in items]
-    for row, (owner, cont) in enumerate(zip(owners, continuations, strict=True)):
-        rows = first[owner][None]
-        if len(cont) > 1:
-            rows = torch.cat([rows, rest[row, : len(cont) - 1]], dim=0)
-        scores[owner].append(_score(rows, cont))
-    return scores
+    ids, positions, segments = _packed_rows(items)
+    dtype = model.get_input_embeddings().weight.dtype
+    mask = _tree_mask(segments, dtype if dtype.is_floating_point else torch.float32, device)
+    hidden = model.get_decoder()(
+        pad_right(ids, device), attention_mask=mask, position_ids=pad_right(positions, device)
+    ).last_hidden_state
+    rows, columns, spans = [], [], []  # the positions predicting each continuation's tokens
+    for row, (context, continuations) in enumerate(items):
+        offset = len(context)
+        for cont in continuations:
+            spans.append((len(rows), len(cont)))
+            rows += [row] * len(cont)
+            columns += [len(context) - 1, *range(offset, offset + len(cont) - 1)][: len(cont)]
+            offset += max(len(cont) - 1, 0)
+    index = (
+        torch.tensor(rows, dtype=torch.long, device=device),
+        torch.tensor(columns, dtype=torch.long, device=device),
+    )
+    logprobs = F.log_softmax(model.get_output_embeddings()(hidden[index]).float(), dim=-1)
+    flat = [cont for _, continuations in items for cont in continuations]
+    scores = iter(
+        _score(logprobs[s : s + n], cont) for (s, n), cont in zip(spans, flat, strict=True)
+    )
+    return [[next(scores) for _ in continuations] for _, continuations in items]
 
 
 def score_shared_context(model: nn.Module, ctx: list[int], conts: list[list[int]]) -> list[Score]:
-    """One item: the context runs once; every continuation is scored from its KV cache."""
+    """One item: the context runs once, its continuations packed after it."""
     return score_shared_contexts(model, [(ctx, conts)])[0]
 
 
