@@ -104,8 +104,8 @@ def test_gaudi_training_arguments(habana, strategy, asked, mode, tmp_path):
     point = make_point(strategy, asked)
     args = strategies.training_arguments(point, tmp_path, "hpu", ["GaudiLlamaDecoderLayer"]).kwargs
     compiled = mode == "compile"
-    assert strategies.gaudi_mode(point) == mode
-    assert strategies.gaudi_env(point) == {"PT_HPU_LAZY_MODE": "0" if compiled else "1"}
+    assert point.hpu_mode() == mode
+    assert point.hpu_env() == {"PT_HPU_LAZY_MODE": "0" if compiled else "1"}
     assert args["use_habana"] is True and args["use_lazy_mode"] is not compiled
     assert args["gaudi_config_name"] == str(ROOT / "envs" / "gaudi" / "gaudi_config.json")
     assert args["throughput_warmup_steps"] == 3 and args["save_strategy"] == "no"

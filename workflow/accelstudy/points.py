@@ -83,6 +83,14 @@ class FinetunePoint(Point):
         """Samples one rank consumes per optimiser step."""
         return self.per_device_batch * self.grad_accum
 
+    def hpu_mode(self) -> str:
+        """lazy as the authors ran DDP and ZeRO-3; compile for FSDP (Gaudi needs it) or if asked"""
+        return "compile" if self.strategy == "fsdp" or self.gaudi_mode == "compile" else "lazy"
+
+    def hpu_env(self) -> dict[str, str]:
+        """Habana's bridge takes its mode from the environment once, when torch loads it."""
+        return {"PT_HPU_LAZY_MODE": "1" if self.hpu_mode() == "lazy" else "0"}
+
 
 @dataclass(frozen=True)
 class DiffusionPoint(Point):

@@ -8,7 +8,6 @@ from transformers import AutoModelForCausalLM
 
 from accelstudy.data.sources import describe_source, read_source
 from accelstudy.finetune.planner import fit_check, load_config
-from accelstudy.finetune.strategies import gaudi_env
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import identity
@@ -44,7 +43,7 @@ def run(
         metrics.update(status="predicted-does-not-fit", held_out_for=over)
     else:
         args = ["--point", point.to_json(), "--model-dir", str(model_dir)]
-        outcome = job.launch(point.cards, WORKER, args, point.strategy, **gaudi_env(point))
+        outcome = job.launch(point.cards, WORKER, args, point.strategy, **point.hpu_env())
         metrics.update(outcome.get("metrics", {}), status=outcome["status"])
         if outcome["status"] != "ok":
             metrics["error"] = outcome.get("error", "")

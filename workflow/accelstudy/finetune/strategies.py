@@ -67,17 +67,6 @@ def prepare_state(strategy: str, device_kind: str) -> None:
         PartialState(backend="gloo")
 
 
-def gaudi_mode(point: FinetunePoint) -> str:
-    """lazy, as the authors ran DDP and ZeRO-3; compile for FSDP (Gaudi's needs it) or if asked."""
-    compiled = point.strategy == "fsdp" or point.gaudi_mode == "compile"
-    return "compile" if compiled else "lazy"
-
-
-def gaudi_env(point: FinetunePoint) -> dict[str, str]:
-    """Habana's bridge takes its mode from the environment once, when torch loads it."""
-    return {"PT_HPU_LAZY_MODE": "1" if gaudi_mode(point) == "lazy" else "0"}
-
-
 def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers: list[str]) -> Any:
     """The authors' recipe: constant lr (their warmup_ratio did nothing), torch's AdamW (Habana's
     fused AdamW keeps the same states); on Gaudi GaudiTrainingArguments, as run_lora_clm.py."""
@@ -95,7 +84,7 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
     if device_kind == "hpu":
         from optimum.habana import GaudiTrainingArguments
 
-        lazy = gaudi_mode(point) == "lazy"
+        lazy = point.hpu_mode() == "lazy"
         kwargs.update(use_habana=True, use_lazy_mode=lazy, gaudi_config_name=str(GAUDI_CONFIG))
         kwargs["throughput_warmup_steps"] = point.throughput_warmup_steps
         if not lazy:
@@ -124,7 +113,7 @@ def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwa
 
     flags, fused = model.generation_config, point.attention == "fused"
     flags.use_flash_attention = flags.flash_attention_causal_mask = fused
-    if gaudi_mode(point) == "compile":
+    if point.hpu_mode() == "compile":
         flags.use_fused_rope = False
     gaudi_config = GaudiConfig.from_pretrained(str(GAUDI_CONFIG))
     gaudi = GaudiTrainer(model=model, gaudi_config=gaudi_config, args=args, **kwargs)

@@ -183,7 +183,7 @@ def summarise(point: FinetunePoint, out: Path, measured: list[ranks.Measured]) -
     if resumed:  # the speed covers this run's steps only
         metrics["resumed_from_step"] = resumed
     if first["device"] == "hpu":
-        metrics["gaudi_mode"] = strategies.gaudi_mode(point)
+        metrics["gaudi_mode"] = point.hpu_mode()
     metrics["model_state_bytes"] = [m["model_state_bytes"] for m in measured]
     for key in ("host_peak_rss", "load_rss_growth"):  # the ranks in order, node by node
         metrics[f"{key}_per_rank"] = [m[key] for m in measured]
@@ -194,7 +194,7 @@ def summarise(point: FinetunePoint, out: Path, measured: list[ranks.Measured]) -
 def ensure_gaudi_mode(point: FinetunePoint, argv: list[str]) -> None:
     """Habana's bridge reads PT_HPU_LAZY_MODE once, as `import torch` loads it (autoloaded since
     SynapseAI 1.18): a rank started without the point's mode restarts itself with it."""
-    wanted = strategies.gaudi_env(point)
+    wanted = point.hpu_env()
     if wanted.items() <= os.environ.items() or not importlib.util.find_spec("habana_frameworks"):
         return
     os.environ.update(wanted)
