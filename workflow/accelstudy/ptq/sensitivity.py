@@ -38,7 +38,9 @@ class Calibration:
     batches: list[torch.Tensor]
     protocol: ChoiceProtocol | None = None
     requests: list[ChoiceRequest] = field(default_factory=list)
-    layouts: list[list[tuple[int, list[int]]]] = field(default_factory=list)  # (start, cont)
+    layouts: list[list[tuple[int, int, list[int]]]] = field(
+        default_factory=list
+    )  # row, start, cont
 
     @property
     def tokens(self) -> int:
@@ -51,7 +53,7 @@ class Calibration:
             return shifted_cross_entropy(logits, batch.to(logits.device))
         logprobs = F.log_softmax(logits.float(), dim=-1)
         scores = []
-        for row, (start, cont) in enumerate(self.layouts[index]):
+        for row, start, cont in self.layouts[index]:
             picked = logprobs[row, start - 1 : start - 1 + len(cont)]
             targets = torch.tensor(cont, dtype=torch.long, device=picked.device)
             ll = picked.gather(1, targets[:, None]).sum()
@@ -76,9 +78,12 @@ def build_calibration(
     for row in rows[:limit] if limit else rows:
         request = spec.build(row)
         context, continuations = tokenize_request(tokenizer, request, spec, max_length)
-        calibration.batches.append(pad_right([(context + c)[:-1] for c in continuations]))
+        # choices whose inputs are equal (one-token ones: the context alone) share a row
+        inputs = list(dict.fromkeys(tuple(context + c)[:-1] for c in continuations))
+        calibration.batches.append(pad_right([list(i) for i in inputs]))
         calibration.requests.append(request)
-        calibration.layouts.append([(len(context), c) for c in continuations])
+        layout = [(inputs.index(tuple(context + c)[:-1]), len(context), c) for c in continuations]
+        calibration.layouts.append(layout)
     return calibration
 
 
