@@ -77,10 +77,12 @@ def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Scor
     device = next(model.parameters()).device
     ids, positions, segments = _packed_rows(items)
     dtype = model.get_input_embeddings().weight.dtype
-    mask = _tree_mask(segments, dtype if dtype.is_floating_point else torch.float32, device)
-    hidden = model.get_decoder()(
-        pad_right(ids, device), attention_mask=mask, position_ids=pad_right(positions, device)
-    ).last_hidden_state
+    if any(max(s) > 0 for s in segments):
+        mask = _tree_mask(segments, dtype if dtype.is_floating_point else torch.float32, device)
+        forward = {"attention_mask": mask, "position_ids": pad_right(positions, device)}
+    else:  # contexts only (one-token continuations): the plain causal path, padding masked
+        forward = {"attention_mask": pad_right([[1] * len(row) for row in ids], device)}
+    hidden = model.get_decoder()(pad_right(ids, device), **forward).last_hidden_state
     rows, columns, spans = [], [], []  # the positions predicting each continuation's tokens
     for row, (context, continuations) in enumerate(items):
         offset = len(context)
