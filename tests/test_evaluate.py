@@ -18,16 +18,16 @@ from accelstudy.evaluate.prompts import (
     encode_pair,
     hellaswag_clean,
 )
-from accelstudy.evaluate.scoring import (
+from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
+
+from tests.conftest import EVAL_SETTINGS
+from tests.scoring_references import (
     Score,
     score_padded_batch,
     score_separately,
     score_shared_context,
     score_shared_contexts,
 )
-from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
-
-from tests.conftest import EVAL_SETTINGS
 
 
 @pytest.mark.parametrize(("task", "protocol"), sorted(CHOICE_PROTOCOLS))

@@ -13,7 +13,18 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "workflow" / "accelstudy"
 LAYERS = {  # from the ground up; a package name stands for its modules
-    1: ["__init__", "paths", "errors", "files", "device", "systems", "locks", "timeline"],
+    1: [
+        "__init__",
+        "paths",
+        "errors",
+        "files",
+        "device",
+        "systems",
+        "locks",
+        "timeline",
+        "energy",
+        "cost",
+    ],
     2: ["tasks", "points"],
     3: ["config", "records"],
     4: ["data", "models", "snapshots"],

@@ -134,8 +134,10 @@ def flags(line: str) -> set[str]:
 
 
 def test_perlmutter_jobs(tmp_path):
+    """One-GPU jobs in QOS shared (charged a quarter node); the paper's `regular` one variable
+    away."""
     plan = one_per_rule(tmp_path, "perlmutter")
-    common = {"-A m1234", "-C gpu", "--qos=regular", "--gpus=1", "--cpus-per-task=32"}
+    common = {"-A m1234", "-C gpu", "--qos=shared", "--gpus=1", "--cpus-per-task=32"}
     assert all(" --requeue" in line for line in plan.values())  # preempted: back in the queue
     assert common | {"--mem 64000", "-t 120"} <= flags(plan["baseline"])
     assert common | {"--mem 64000", "-t 60"} <= flags(plan["sensitivity"])
@@ -144,6 +146,8 @@ def test_perlmutter_jobs(tmp_path):
     # the plugin then passes the cluster's default from sinfo), and no task geometry, so
     # the plugin starts one copy of the job rather than one per GPU
     assert not any(f.startswith(("-p ", "--ntasks")) for f in flags(plan["baseline"]))
+    paper = one_per_rule(tmp_path, "perlmutter", ACCELSTUDY_SLURM_QOS_UNDER_NODE="regular")
+    assert "--qos=regular" in flags(paper["baseline"])
 
 
 def finetune_lines(workdir: Path, profile: str) -> dict[int, set[str]]:
@@ -161,7 +165,8 @@ def test_finetune_points_ask_for_their_cards_and_nodes(tmp_path):
     plugin's multi-node (MPI) jobs: one task per node, the same GPUs on each node."""
     plan = finetune_lines(tmp_path, "perlmutter")
     for cards in (1, 2, 4):
-        assert {f"--gpus={cards}", "--nodes=1", "--qos=regular", "-C gpu",
+        qos = "--qos=regular" if cards == 4 else "--qos=shared"  # under a node: its share
+        assert {f"--gpus={cards}", "--nodes=1", qos, "-C gpu",
                 f"--mem {64000 * cards}", "-t 120"} <= plan[cards]  # fmt: skip
         assert not any(f.startswith("--ntasks") for f in plan[cards])
     for cards in (6, 8):
@@ -254,12 +259,12 @@ def test_voyager_finetune_points_take_their_gaudi_cards(tmp_path):
 def test_site_variants_are_system_files(tmp_path):
     """Perlmutter's 80 GB nodes and Expanse's H100 nodes: same profile, another system."""
     plan = one_per_rule(tmp_path, "perlmutter", "--config", "system=perlmutter-80gb")
-    assert "-C 'gpu&hbm80g'" in plan["baseline"] and "--qos=regular" in plan["baseline"]
+    assert "-C 'gpu&hbm80g'" in plan["baseline"] and "--qos=shared" in plan["baseline"]
     plan = one_per_rule(tmp_path, "expanse", "--config", "system=expanse-h100")
     assert {"--gpus=h100:1", "-p gpu-shared"} <= flags(plan["quantize"])
     # a variable the user exports wins over the system file
-    plan = one_per_rule(tmp_path, "perlmutter", ACCELSTUDY_SLURM_QOS="shared")
-    assert "--qos=shared" in plan["baseline"]
+    plan = one_per_rule(tmp_path, "perlmutter", ACCELSTUDY_SLURM_QOS_UNDER_NODE="debug")
+    assert "--qos=debug" in plan["baseline"]
 
 
 def test_expanse_jobs(tmp_path):

@@ -60,7 +60,11 @@ def test_card_counts():
 def test_scheduler_defaults_come_from_the_system_file():
     environ = {"ACCELSTUDY_SLURM_QOS": "shared"}
     export_scheduler_defaults(PERLMUTTER, environ)
-    assert environ == {"ACCELSTUDY_SLURM_QOS": "shared", "ACCELSTUDY_SLURM_CONSTRAINT": "gpu"}
+    assert environ == {
+        "ACCELSTUDY_SLURM_QOS": "shared",  # exported: it wins
+        "ACCELSTUDY_SLURM_CONSTRAINT": "gpu",
+        "ACCELSTUDY_SLURM_QOS_UNDER_NODE": "shared",
+    }
     check_variables(PERLMUTTER, {"qos": "'$ACCELSTUDY_SLURM_QOS'"}, {}, environ)
     with pytest.raises(ConfigError, match=r"resource 'quantize:gpu_model' reads \$ACCEL"):
         check_variables(

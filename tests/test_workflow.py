@@ -54,6 +54,27 @@ def test_records_have_real_values(study, cpu):
     assert records["tiny/boolq/paper.json"]["metrics"]["items"] == 12
 
 
+def test_records_carry_energy_and_cost(study):
+    """Energy as this machine allows (no card; RAPL where readable, else `unavailable` and why,
+    never a number); the cpu system's rule charges the core-hours each job held."""
+    from accelstudy.energy import rapl_counters
+
+    records = [json.loads(p.read_text()) for p in (study / "results/tiny").rglob("*.json")]
+    records = [r for r in records if "provenance" in r and "stage" in r]
+    assert {r["stage"] for r in records} >= {"baseline", "quantized", "finetune", "diffusion"}
+    for record in records:
+        energy, cost = record["energy"], record["cost"]
+        if rapl_counters():
+            assert energy["status"] == "ok" and energy["sources"] == ["rapl"]
+        else:
+            assert energy == {"status": "unavailable", "reason": energy["reason"]}
+            assert "RAPL" in energy["reason"] or "rapl" in energy["reason"]
+        assert cost["status"] == "ok" and cost["unit"] == "core-hours"
+        cores = cost["allocation"]["cores"]
+        assert cores >= 1 and cost["units"] == pytest.approx(cores * cost["hours"], rel=1e-3)
+        assert 0 < cost["hours"] * 3600 <= record["provenance"]["wall_time_s"] + 1
+
+
 def test_ptq_records_and_assignment(study):
     from accelstudy.ptq.quantize import paper_ratio
 

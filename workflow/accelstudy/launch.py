@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelstudy import timeline
+from accelstudy.cost import Allocation, allocation
 from accelstudy.device import Device
 from accelstudy.errors import StudyError
 from accelstudy.records import Job
@@ -17,6 +18,7 @@ from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
 RENDEZVOUS_PORT = 29500
+ENERGY_SOURCES = "ACCELSTUDY_ENERGY_SOURCES"  # the system file's, for the ranks to require
 MPI_HOSTFILE = "/etc/mpi/hostfile"  # where a Kubeflow MPIJob's launcher finds its workers
 
 
@@ -78,12 +80,16 @@ class PointJob(Job):
 
     threads: int
     rank_hosts: list[str] = field(default_factory=list)  # where each rank ran, rank order
+    cards: int = 0  # what the point launched on (none: held out before launching)
+
+    def allocation(self) -> Allocation:
+        return allocation(self.cards, self.threads)
 
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
     ) -> dict[str, Any]:
         """The ranks' result, or PointFailed; `hpu_env`: what Habana's bridge reads as it loads."""
-        result = self.out.with_name(f".{self.out.stem}.ranks.json")
+        result, self.cards = self.out.with_name(f".{self.out.stem}.ranks.json"), cards
         argv = [*args, "--out", str(result)]
         command_line = command(self.system, cards, module, argv, strategy, self.threads)
         # OMP threads per rank: the ranks of one node share its job's cores, not oversubscribe
@@ -92,6 +98,7 @@ class PointJob(Job):
         try:
             gaudi = hpu_env if self.system.device == "hpu" else {}
             environ = {**os.environ, "OMP_NUM_THREADS": omp, **gaudi}
+            environ[ENERGY_SOURCES] = ",".join(self.system.energy)
             finished = subprocess.run(command_line, env=environ, check=False)
             if finished.returncode != 0 or not result.is_file():
                 why = f"exited with status {finished.returncode}; see the job log"
@@ -100,6 +107,7 @@ class PointJob(Job):
         finally:
             result.unlink(missing_ok=True)
         self.rank_hosts = outcome.get("rank_hosts", [])
+        self.energy = outcome.get("energy")
         timeline.MARKS.update(outcome.get("timeline", {}))  # rank 0's phases
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:

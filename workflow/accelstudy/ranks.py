@@ -14,8 +14,10 @@ from typing import Any, NoReturn
 import torch
 
 from accelstudy import timeline
+from accelstudy.device import resolve
+from accelstudy.energy import EnergyMeter, EnergySourceError, combine
 from accelstudy.files import write_json
-from accelstudy.launch import RENDEZVOUS_PORT
+from accelstudy.launch import ENERGY_SOURCES, RENDEZVOUS_PORT
 from accelstudy.points import Point
 from accelstudy.records import package_versions, read_record
 
@@ -54,9 +56,17 @@ def write_result(out: Path, status: str, result: dict[str, Any]) -> None:
 def run(point: Point, out: Path, work: Callable[[], Measured], summarise: Summarise) -> int:
     """Run this rank's `work`; once every rank's is done, rank 0 writes `summarise` of them all."""
     rank_environment()
-    rank = int(os.environ["RANK"])
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     if rank == 0:
         out.unlink(missing_ok=True)  # never take an earlier run's result as this one's
+    kind = resolve(getattr(point, "device", None) or "auto").kind
+    card = local_rank if kind in ("cuda", "hpu") else None
+    required = tuple(filter(None, os.environ.get(ENERGY_SOURCES, "").split(",")))
+    try:  # its card's counter; the first rank of a node, the node's CPU packages too
+        meter = EnergyMeter(kind, card, package=local_rank == 0, required=required)
+    except EnergySourceError as exc:
+        print(f"rank {rank}: error: {exc}", file=sys.stderr)
+        return 2
     try:
         local = work()
     except torch.OutOfMemoryError as exc:
@@ -71,13 +81,16 @@ def run(point: Point, out: Path, work: Callable[[], Measured], summarise: Summar
         raise
     # where this rank ran: its SLURM node (several may share a host), else the host
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    measured: list[Any] = [(local, node)]
+    measured: list[Any] = [(local, node, meter.stop())]
     if torch.distributed.is_initialized():  # every rank's, once every rank has finished its work
-        measured = [None] * torch.distributed.get_world_size()
-        torch.distributed.all_gather_object(measured, (local, node))
+        mine, measured = measured[0], [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(measured, mine)
     if rank == 0:
-        hosts = [host for _, host in measured]
-        result = {**summarise([m for m, _ in measured]), "rank_hosts": hosts}
+        result = {
+            **summarise([m for m, _, _ in measured]),
+            "rank_hosts": [h for _, h, _ in measured],
+        }
+        result["energy"] = combine([energy for _, _, energy in measured])
         write_result(out, "ok", result | {"timeline": timeline.MARKS})
     if torch.distributed.is_initialized():
         # leave together: a rank that tears gloo down while a peer still talks aborts it

@@ -19,6 +19,8 @@ import yaml
 
 from accelstudy import __version__, timeline
 from accelstudy.config import config_hash
+from accelstudy.cost import Allocation, allocation, charged
+from accelstudy.energy import EnergyMeter, combine, per_unit
 from accelstudy.files import write_json
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 from accelstudy.systems import System, load_system
@@ -121,11 +123,24 @@ class Job:
     out: Path
     device_kind: str = "auto"
     started: float = field(init=False, repr=False, default_factory=time.perf_counter)
+    meter: Any = field(init=False, repr=False, default=None)  # an in-process job's EnergyMeter
+    energy: dict[str, Any] | None = field(init=False, default=None)  # else its ranks' (combined)
 
     def __post_init__(self) -> None:
         timeline.MARKS.clear()  # this job's phases, not an earlier job's in the same process
         if isinstance(self.system, str):
             self.system = load_system(self.system)
+
+    def measure_energy(self) -> None:
+        """From now on, this process's card (if it drives one) and CPU packages."""
+        card = 0 if self.device.kind in ("cuda", "hpu") else None
+        self.meter = EnergyMeter(self.device.kind, card, package=True, required=self.system.energy)
+
+    def allocation(self) -> Allocation:
+        """What this job holds: one card where it drives one, its torch threads as cores."""
+        import torch
+
+        return allocation(int(self.device.kind != "cpu"), torch.get_num_threads())
 
     @cached_property
     def device(self) -> Any:
@@ -148,8 +163,17 @@ class Job:
         if protocol is not None:
             record["protocol"] = protocol
         record |= {"inputs": inputs, "parameters": parameters, "metrics": metrics}
+        energy = combine([self.meter.stop()]) if self.meter else self.energy
+        unit = "image" if what["stage"] == "diffusion" else "token"
+        rate = metrics.get(f"{unit}s_per_s")
+        record["energy"] = per_unit(
+            energy or {"status": "unavailable", "reason": "nothing ran"}, rate, unit
+        )
         config = config_hash(parameters if hashed is None else hashed)
         wall_s = time.perf_counter() - self.started
+        record["cost"] = charged(
+            self.system.charge, self.allocation(), wall_s / 3600, self.system.per_node
+        )
         record["provenance"] = provenance(config, self.device.name(), self.device.kind, wall_s)
         record["provenance"]["system"] = self.system.facts()
         write_record(self.out, record)

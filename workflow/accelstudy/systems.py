@@ -9,6 +9,8 @@ from typing import Any, Self
 
 import yaml
 
+from accelstudy.cost import check_rule
+from accelstudy.energy import SOURCES
 from accelstudy.errors import ConfigError, require
 from accelstudy.paths import SYSTEMS
 
@@ -33,6 +35,8 @@ class System:
     memory_per_card_gb: float | None = None
     host_memory_gb: float | None = None  # a node's RAM, from the site's documentation
     slurm: dict[str, Any] = field(default_factory=dict)
+    energy: tuple[str, ...] = ()  # sources every job must read (accelstudy.energy); else any
+    charge: dict[str, Any] | None = None  # the site's charge rule (accelstudy.cost); None: unknown
 
     @property
     def per_node(self) -> int:
@@ -83,4 +87,9 @@ def load_system(name: str) -> System:
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
     dtypes = tuple(spec.get("dtypes", ("float32",)))
-    return System(**{**spec, "dtypes": dtypes, "slurm": spec.get("slurm") or {}})
+    energy = tuple(spec.get("energy") or ())
+    for source in set(energy) - set(SOURCES):
+        raise ConfigError(f"{path}: energy source '{source}' is not one of {', '.join(SOURCES)}")
+    if spec.get("charge") is not None:
+        check_rule(name, spec["charge"])
+    return System(**{**spec, "dtypes": dtypes, "slurm": spec.get("slurm") or {}, "energy": energy})

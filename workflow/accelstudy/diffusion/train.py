@@ -92,6 +92,7 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measure
             timeline.mark("measured")
     device.synchronize()
     end = time.perf_counter()
+    timeline.mark("done")
     # this rank's clock and losses (the record keeps rank 0's)
     per_pixel = (torch.stack(losses).float() / hr.numel()).tolist()
     images = point.batch_per_device * world

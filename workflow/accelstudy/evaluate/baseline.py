@@ -26,6 +26,10 @@ class EvalJob(Job):
     settings: dict[str, Any]
     limit: int | None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.measure_energy()
+
     def evaluate(self, model: torch.nn.Module, tokenizer: Any, protocol: str) -> dict[str, Any]:
         model.to(self.device.torch)
         rows = read_prepared(self.data)

@@ -28,6 +28,7 @@ class Meter:
     def __exit__(self, *exc) -> None:
         self.device.synchronize()
         self.wall_time_s = time.perf_counter() - self._start
+        timeline.mark("done")
 
     def metrics(self) -> dict[str, float | int]:
         out = {"wall_time_s": round(self.wall_time_s, 4), "tokens": self.tokens}

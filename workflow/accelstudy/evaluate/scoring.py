@@ -1,6 +1,5 @@
 """Continuation log-likelihoods: `score_shared_contexts` runs each context once, its continuations
-packed after it, as the references that run each in full do (`score_separately`,
-`score_padded_batch`)."""
+packed after it (tests/scoring_references.py holds it to scoring each in full)."""
 
 from dataclasses import dataclass
 
@@ -101,23 +100,3 @@ def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Scor
         _score(logprobs[s : s + n], cont) for (s, n), cont in zip(spans, flat, strict=True)
     )
     return [[next(scores) for _ in continuations] for _, continuations in items]
-
-
-def score_shared_context(model: nn.Module, ctx: list[int], conts: list[list[int]]) -> list[Score]:
-    """One item: the context runs once, its continuations packed after it."""
-    return score_shared_contexts(model, [(ctx, conts)])[0]
-
-
-def score_separately(model: nn.Module, context: list[int], conts: list[list[int]]) -> list[Score]:
-    """Reference: one full forward pass per (context + continuation)."""
-    return [score_padded_batch(model, context, [c])[0] for c in conts]
-
-
-@torch.inference_mode()
-def score_padded_batch(model: nn.Module, context: list[int], conts: list[list[int]]) -> list[Score]:
-    """Every (context + continuation) in full, as one right-padded batch."""
-    device = next(model.parameters()).device
-    logits = model(pad_right([(context + c)[:-1] for c in conts], device)).logits
-    logprobs = F.log_softmax(logits.float(), dim=-1)
-    start = len(context) - 1
-    return [_score(logprobs[i, start : start + len(c)], c) for i, c in enumerate(conts)]

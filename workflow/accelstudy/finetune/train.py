@@ -71,6 +71,7 @@ class Meter(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.times["end"] = time.perf_counter()
+        timeline.mark("done")
         logged = [e for e in state.log_history if "loss" in e and e["step"] > self.start]
         self.losses = [float(entry["loss"]) for entry in logged]
 

@@ -1,0 +1,120 @@
+"""Energy: NVML and HLML mocked at the library boundary (their real units, mJ since the driver
+loaded), RAPL from a fake sysfs tree (µJ), windows, wrap-around, and what a CPU record says."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from accelstudy import energy, timeline
+from accelstudy.energy import EnergyMeter, EnergySourceError, combine, per_unit
+
+
+def fake_library(monkeypatch, name: str, prefix: str, readings: dict[str, list[int]]):
+    """A stand-in for pynvml / pyhlml: handles by index (and UUID), energy in mJ, one reading
+    of `readings[handle]` per call (the last repeats)."""
+    module = types.ModuleType(name)
+    calls: dict[str, int] = {}
+
+    def energy_mj(handle: str) -> int:
+        calls[handle] = calls.get(handle, -1) + 1
+        values = readings[handle]
+        return values[min(calls[handle], len(values) - 1)]
+
+    setattr(module, f"{prefix}Init", lambda: None)
+    setattr(module, f"{prefix}DeviceGetHandleByIndex", lambda i: f"index-{i}")
+    setattr(module, f"{prefix}DeviceGetHandleByUUID", lambda uuid: f"uuid-{uuid}")
+    setattr(module, f"{prefix}DeviceGetTotalEnergyConsumption", energy_mj)
+    monkeypatch.setitem(sys.modules, name, module)
+    return calls
+
+
+@pytest.fixture(autouse=True)
+def no_rapl(monkeypatch, tmp_path):
+    monkeypatch.setattr(energy, "RAPL", tmp_path / "no-powercap")
+    timeline.MARKS.clear()
+    yield
+    timeline.MARKS.clear()
+    timeline.LISTENERS.clear()
+
+
+def test_nvml_windows_in_joules_through_cuda_visible_devices(monkeypatch):
+    # the card counter is read at: probe, start, measured, done, end
+    mj = [5_000_000, 5_000_000, 5_400_000, 6_400_000, 6_500_000]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")
+    calls = fake_library(monkeypatch, "pynvml", "nvml", {"uuid-GPU-bbbb": mj})
+    meter = EnergyMeter("cuda", 1, package=False, required=("nvml",))
+    timeline.mark("measured")
+    timeline.mark("done")
+    result = meter.stop()
+    assert calls == {"uuid-GPU-bbbb": 4}  # the second visible card, found by its UUID
+    assert result["status"] == "ok" and result["sources"] == ["nvml"]
+    assert result["job_j"] == {"nvml": pytest.approx(1500.0)}
+    assert result["measured_j"] == {"nvml": pytest.approx(1000.0)}
+
+
+def test_hlml_by_module_index(monkeypatch):
+    fake_library(monkeypatch, "pyhlml", "hlml", {"index-3": [10_000, 10_000, 250_000]})
+    meter = EnergyMeter("hpu", 3, package=False)
+    assert meter.stop()["job_j"] == {"hlml": pytest.approx(240.0)}
+
+
+def test_a_counter_that_goes_backwards_makes_the_energy_invalid(monkeypatch):
+    """A reset (driver reload) or a wrap inside a point: never a negative or wrong number."""
+    fake_library(monkeypatch, "pynvml", "nvml", {"index-0": [9_000, 9_000, 20_000, 1_000]})
+    meter = EnergyMeter("cuda", 0, package=False)
+    timeline.mark("measured")
+    result = meter.stop()
+    assert result["status"] == "invalid" and "backwards" in result["reason"]
+    assert "job_j" not in result and "measured_j" not in result
+
+
+def fake_powercap(root, packages: dict[str, list[int]]):
+    """intel-rapl:N (packages) with energy_uj; a core subzone (intel-rapl:0:0) not to count."""
+    for zone, (value, _) in {**packages, "intel-rapl:0:0": [7, 7]}.items():
+        (root / zone).mkdir(parents=True)
+        (root / zone / "energy_uj").write_text(f"{value}\n")
+
+
+def test_rapl_sums_the_packages_from_sysfs(monkeypatch, tmp_path):
+    root = tmp_path / "powercap"
+    packages = {"intel-rapl:0": [1_000_000, 4_000_000], "intel-rapl:1": [2_000_000, 2_500_000]}
+    fake_powercap(root, packages)
+    monkeypatch.setattr(energy, "RAPL", root)
+    meter = EnergyMeter("cpu", None, package=True, required=("rapl",))
+    for zone, (_, later) in packages.items():
+        (root / zone / "energy_uj").write_text(f"{later}\n")
+    (root / "intel-rapl:0:0" / "energy_uj").write_text("999999999\n")
+    assert meter.stop()["job_j"] == {"rapl": pytest.approx(3.5)}
+
+
+def test_nothing_readable_says_why_and_gives_no_number():
+    result = combine([EnergyMeter("cpu", None, package=True).stop()])
+    assert result["status"] == "unavailable"
+    assert "no readable package counter" in result["reason"] and "job_j" not in result
+
+
+def test_a_required_source_that_is_missing_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    with pytest.raises(EnergySourceError) as caught:
+        EnergyMeter("cuda", 0, package=False, required=("nvml",))
+    message = str(caught.value)
+    assert "\n" not in message and "nvml" in message and "`energy`" in message
+
+
+def test_ranks_combine_per_source_and_invalid_wins():
+    one = {"status": "ok", "sources": ["nvml", "rapl"], "job_j": {"nvml": 10.0, "rapl": 5.0}}
+    one |= {"job_s": 2.0, "measured_j": {"nvml": 6.0, "rapl": 3.0}, "measured_s": 1.0}
+    two = {"status": "ok", "sources": ["nvml"], "job_j": {"nvml": 12.0}, "job_s": 2.5}
+    two |= {"measured_j": {"nvml": 7.0}, "measured_s": 1.2}
+    total = combine([one, two])
+    assert total["job_j"] == {"nvml": 22.0, "rapl": 5.0, "total": 27.0}
+    assert total["measured_j"]["total"] == 16.0 and total["measured_s"] == 1.2
+    # 16 J over 1.2 s at 100 tokens/s
+    assert per_unit(total, 100.0, "token")["j_per_token"] == pytest.approx(16 / 1.2 / 100, rel=1e-5)
+    bad = {"status": "invalid", "reason": "an energy counter went backwards"}
+    assert combine([one, bad]) == bad
+    none = {"status": "unavailable", "reason": "no card energy counter on cpu"}
+    assert combine([none, one])["job_j"]["total"] == 15.0
+    assert per_unit(none, 100.0, "token") == none

@@ -1,0 +1,93 @@
+"""What a job's allocation was charged under its site's rule (the system file's `charge`):
+node-hours by QOS (Perlmutter's `shared` QOS a fraction of a node), card-hours by the larger of
+the cards, cores or memory share (Expanse's gpu-shared; whole nodes in its gpu partition),
+card-hours (Voyager), core-hours (a workstation). No rule: `unknown`, never a guess."""
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from accelstudy.errors import ConfigError
+
+PER = ("node", "card", "core")
+KEYS = {"unit", "per", "factor", "qos", "fractional_qos", "whole_node_partitions", "doc"}
+KEYS |= {"cores_per_card", "memory_per_card_gb"}
+
+
+def check_rule(system: str, rule: Mapping[str, Any]) -> None:
+    """One line naming the system file's key and the fix, before any job runs."""
+    where = f"config/systems/{system}.yaml: charge"
+    if unknown := sorted(set(rule) - KEYS):
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(KEYS)}")
+    if rule.get("per") not in PER:
+        raise ConfigError(f"{where}.per is {rule.get('per')!r}; use one of {list(PER)}")
+    for key in ("unit", "doc"):
+        if not isinstance(rule.get(key), str) or not rule[key]:
+            raise ConfigError(f"{where}.{key} is missing: name the unit and the documentation")
+    numbers = {"factor": rule.get("factor", 1), **(rule.get("qos") or {})}
+    numbers |= {k: rule[k] for k in ("cores_per_card", "memory_per_card_gb") if k in rule}
+    for key, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(f"{where}: {key} is {value!r}; give a number, 0 or more")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the job asked the scheduler for (SLURM's variables in a SLURM job)."""
+
+    nodes: int
+    cards: int
+    cores: int
+    memory_gb: float | None = None
+    qos: str | None = None
+    partition: str | None = None
+
+
+def allocation(cards: int, cores: int, environ: Mapping[str, str] | None = None) -> Allocation:
+    """SLURM's view of this job where it runs under SLURM, else its own cards and cores."""
+    env = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" not in env:
+        return Allocation(nodes=1, cards=cards, cores=cores)
+    nodes = int(env.get("SLURM_JOB_NUM_NODES", "1"))
+    gpus = env.get("SLURM_GPUS_ON_NODE") or str(len(env.get("SLURM_JOB_GPUS", "").split(",")))
+    per_node_cores = env.get("SLURM_CPUS_ON_NODE")
+    memory = env.get("SLURM_MEM_PER_NODE")  # MB
+    return Allocation(
+        nodes=nodes,
+        cards=int(gpus) * nodes if gpus.isdigit() else cards,
+        cores=int(per_node_cores) * nodes if per_node_cores else cores,
+        memory_gb=int(memory) * nodes / 1000 if memory and memory.isdigit() else None,
+        qos=env.get("SLURM_JOB_QOS"),
+        partition=env.get("SLURM_JOB_PARTITION"),
+    )
+
+
+def charged(
+    rule: Mapping[str, Any] | None, used: Allocation, hours: float, cards_per_node: int
+) -> dict[str, Any]:
+    """The units the site charges for `used` over `hours`, with the rule's terms spelled out."""
+    if not rule:
+        return {"status": "unknown", "reason": "the system file states no charge rule"}
+    qos_factors = rule.get("qos") or {}
+    if used.qos is not None and qos_factors and used.qos not in qos_factors:
+        return {"status": "unknown", "reason": f"no charge factor for QOS '{used.qos}'"}
+    if rule["per"] == "core":
+        amount = float(used.cores)
+    elif rule["per"] == "node":
+        fractional = used.qos in rule.get("fractional_qos", ())
+        amount = used.cards / cards_per_node if fractional else float(used.nodes)
+    elif used.partition in rule.get("whole_node_partitions", ()):
+        amount = float(used.nodes * cards_per_node)
+    else:  # cards, or the cores or memory of as many cards where those are the larger share
+        shares = [float(used.cards)]
+        if "cores_per_card" in rule:
+            shares.append(used.cores / rule["cores_per_card"])
+        if "memory_per_card_gb" in rule and used.memory_gb is not None:
+            shares.append(used.memory_gb / rule["memory_per_card_gb"])
+        amount = max(shares)
+    factor = rule.get("factor", 1) * qos_factors.get(used.qos, 1)
+    units = amount * hours * factor
+    terms = {"amount": round(amount, 6), "per": rule["per"], "hours": float(f"{hours:.6g}")}
+    terms |= {"factor": factor, "allocation": asdict(used), "doc": rule["doc"]}
+    return {"status": "ok", "units": float(f"{units:.6g}"), "unit": rule["unit"], **terms}
