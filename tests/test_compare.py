@@ -103,6 +103,25 @@ def test_direction_and_interval_with_three_repeats(tmp_path):
     assert again.loc["tokens_per_s", "ci95_low"] == speed["ci95_low"]  # seeded: reproducible
 
 
+def test_energy_and_cost_beside_speed(tmp_path):
+    """Joules and charge per 1M tokens (lower is better), each a ratio where both systems
+    measured it; a charge in another unit is set beside, never divided."""
+    made = {"a": _record("a", "boolq", 100, 0.6), "b": _record("b", "boolq", 200, 0.6)}
+    for system, record in made.items():
+        record["energy"] = {"status": "ok", "sources": ["nvml"], "job_j": {"total": 9.0}}
+        record["energy"]["j_per_token"] = 2.0 if system == "a" else 0.5
+        unit = "GPU node-hours" if system == "a" else "GPU SUs"
+        record["cost"] = {"status": "ok", "units": 0.5, "unit": unit, "hours": 0.5}
+        record["cost"] |= {"allocation": {}, "doc": "x"}
+    runs = [_run(tmp_path, f"site-{s}", [r]) for s, r in made.items()]
+    table = ratios(split(load(runs))[0], reference="a").set_index("quantity")
+    assert table.loc["j_per_token", "ratio"] == 0.25
+    assert table.loc["j_per_token", "verdict"] == "better"
+    apart = table.loc["cost_per_mtok"]
+    assert pd.isna(apart["ratio"])
+    assert apart["verdict"] == "not comparable: GPU SUs against GPU node-hours"
+
+
 def test_the_report_traces_every_number(runs, tmp_path):
     index = compare(runs, tmp_path / "cmp", reference="a")
     tables = tmp_path / "cmp" / "tables"

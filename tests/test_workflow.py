@@ -75,6 +75,18 @@ def test_records_carry_energy_and_cost(study):
         assert 0 < cost["hours"] * 3600 <= record["provenance"]["wall_time_s"] + 1
 
 
+def test_what_to_run_where_names_the_measured_choices(study):
+    """The report names, for the tiny model on `cpu`, its fastest and cheapest fitting point
+    from the measurements; least energy is blank (no counter here) unless RAPL is readable."""
+    report = (study / "results/tiny/report/report.md").read_text()
+    assert "## What to run where: the fastest, cheapest and least-energy point" in report
+    assert "## Shard only when the model does not fit: the paper's rule, checked" in report
+    rows = {line.split("|")[3].strip(): line for line in report.splitlines()
+            if line.startswith("| tiny ") and "| measured |" in line}  # fmt: skip
+    assert "cards, eager" in rows["fastest"] and "cards, eager" in rows["cheapest"]
+    assert "core-hours" in rows["cheapest"]
+
+
 def test_ptq_records_and_assignment(study):
     from accelstudy.ptq.quantize import paper_ratio
 

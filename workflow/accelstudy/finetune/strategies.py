@@ -44,6 +44,15 @@ def process_env() -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "TORCH_EXTENSIONS_DIR": str(extensions)}
 
 
+def build_cpu_ops() -> None:
+    """DeepSpeed's CPU shared-memory op, built into process_env's cache when the environment is
+    made (as DeepSpeed's DS_BUILD_* pre-builds do), so that no ZeRO-3 job compiles it."""
+    os.environ["TORCH_EXTENSIONS_DIR"] = process_env()["TORCH_EXTENSIONS_DIR"]
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
+    ShareMemCommBuilder().load()
+
+
 def deepspeed_config(point: FinetunePoint) -> dict[str, Any]:
     """The authors' ZeRO-3 settings; the Trainer fills in the batch sizes."""
     zero: dict[str, Any] = dict(stage=3, overlap_comm=False, contiguous_gradients=False)

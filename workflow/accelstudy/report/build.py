@@ -9,7 +9,7 @@ import pandas as pd
 
 from accelstudy.files import atomic_open
 from accelstudy.points import bits_label
-from accelstudy.report import diffusion, figures, finetune, tables, timing
+from accelstudy.report import diffusion, figures, finetune, recommend, tables, timing
 from accelstudy.report.tables import NOTES
 
 PUBLISHED = "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
@@ -129,6 +129,19 @@ def _timing(record_paths: Sequence[str | Path], results_dir: Path) -> list[Secti
     ]
 
 
+def _where(records: pd.DataFrame) -> list[Section]:
+    """What to run where, from the study's fine-tuning measurements (`accelstudy recommend`
+    adds the planner's map for any system and model)."""
+    titles = {
+        "choices": ("What to run where: the fastest, cheapest and least-energy point", "where"),
+        "rule": ("Shard only when the model does not fit: the paper's rule, checked", "rule"),
+    }
+    return [
+        Section(titles[name][0], NOTES[titles[name][1]], table)
+        for name, table in recommend.sections(records)
+    ]
+
+
 def build_report(
     study: str,
     record_paths: Iterable[str | Path],
@@ -172,6 +185,7 @@ def build_report(
         *([] if ours.empty else ptq),
         *_finetune(records, results_dir),
         *_diffusion(records, results_dir),
+        *_where(records),
         *_timing(record_paths, results_dir),
     ]
     commits = ", ".join(sorted(records["git_commit"].unique()))

@@ -27,14 +27,16 @@ NOT_WORK += ("data.normalisation",)
 EVALUATION = ["stage", "model", "task", "protocol", "method", "recipe"]
 POINT = [*EVALUATION, "strategy", "attention", "cards", "devices"]
 # per stage, the numbers a ratio compares (the record's primary metric is added)
-SPEEDS = {stage: ["tokens_per_s"] for stage in STAGES[:2]}
-SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s"]
-SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s"]
+PER_TOKEN = ["j_per_token", "cost_per_mtok"]  # energy and charge for the same work
+SPEEDS = {stage: ["tokens_per_s", *PER_TOKEN] for stage in STAGES[:2]}
+SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s", *PER_TOKEN]
+SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s", "j_per_image"]
+SPEEDS["diffusion"] += ["cost_per_kimage"]
 ROWS = ["model", "data", "task", "metric"]  # Table 1's rows
 RATIOS = ["part", "quantity", "system", "reference", "ratio", "verdict", "ci95_low", "ci95_high"]
 RATIOS += ["points", "min", "max", "repeats"]
 LOWER_IS_BETTER = {f"{t.metric.name} (metric)" for t in TASKS.values() if t.metric.lower_is_better}
-LOWER_IS_BETTER |= {"train_runtime_s"}  # the rest: accuracies and speeds, higher is better
+LOWER_IS_BETTER |= {"train_runtime_s", *PER_TOKEN, "j_per_image", "cost_per_kimage"}
 BOOTSTRAP = 1000  # resamples of the repeats, for the 95% interval of a ratio
 # a record's table columns: what it is, and where it comes from
 WHAT, TRACE = ["system", "stage", "model", "task", "method"], ["run", "record", "git_commit"]
@@ -188,7 +190,13 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
             continue
         per_point = part.groupby(["work", "system"])[column].agg(["median", "size"]).unstack()
         quantity = f"{metric} (metric)" if metric else column.removeprefix("metric_")
+        units = part.groupby("system")["cost_unit"].first() if "cost_unit" in part else {}
         for other in sorted(systems - {reference}):
+            if column.startswith("cost_per") and units[other] != units[reference]:
+                apart = f"not comparable: {units[other]} against {units[reference]}"
+                rows.append({"part": stage, "quantity": quantity, "system": other} | {
+                    "reference": reference, "verdict": apart})  # fmt: skip
+                continue
             both = per_point.dropna(subset=[("median", reference), ("median", other)])
             ratio = both[("median", other)] / both[("median", reference)]
             repeats = f"{both[('size', other)].median():g} / {both[('size', reference)].median():g}"

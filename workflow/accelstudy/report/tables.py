@@ -56,10 +56,12 @@ def flatten(record: dict) -> dict:
         "tokens_per_s": metrics.get("tokens_per_s", NAN),
         "peak_memory_mib": round(metrics.get("peak_memory_bytes", NAN) / 2**20, 1),
         "status": "ok-resumed" if resumed else metrics.get("status", ""),
+        "held_out_for": metrics.get("held_out_for", ""),
         "peak_memory_method": metrics.get("peak_memory_method", ""),
         **{key: record["parameters"].get(key) for key in POINT_KEYS},
         "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),
         "wall_time_s": metrics["wall_time_s"],
+        **energy_and_cost(record),
         **{key: provenance[key] for key in ("git_commit", "config_hash")},
         "device_name": provenance["hardware"].get("device_name", ""),
     }
@@ -68,6 +70,20 @@ def flatten(record: dict) -> dict:
             column = f"{key}_{name}" if name else key
             if isinstance(number, int | float) and column not in row:
                 row[f"metric_{column}"] = number
+    return row
+
+
+def energy_and_cost(record: dict) -> dict:
+    """Energy's status and joules per token (or image); the charged units, their unit, and the
+    charge per 1M tokens (1k images) at the measured rate: units per hour over work per hour."""
+    energy, cost, metrics = record.get("energy") or {}, record.get("cost") or {}, record["metrics"]
+    row = {"energy": energy.get("status", "not recorded")}
+    row |= {f"j_per_{unit}": energy.get(f"j_per_{unit}", NAN) for unit in ("token", "image")}
+    row |= {"cost_units": cost.get("units", NAN), "cost_hours": cost.get("hours", NAN)}
+    row["cost_unit"] = cost.get("unit", cost.get("status", "not recorded"))
+    hourly = row["cost_units"] / row["cost_hours"] if row["cost_hours"] else NAN
+    row["cost_per_mtok"] = hourly / 3600 / metrics.get("tokens_per_s", NAN) * 1e6
+    row["cost_per_kimage"] = hourly / 3600 / metrics.get("images_per_s", NAN) * 1e3
     return row
 
 

@@ -1,0 +1,67 @@
+"""What to run where: choices from measurements, the sharding rule, the planner-only answer."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from accelstudy import cli
+from accelstudy.report.recommend import choices, measured_fits, measured_points, sharding_rule
+
+
+def run(strategy, cards, tps, cost=1.0, hours=0.5, j=None, status="ok", held=""):
+    """One fine-tuning record's table row, as tables.flatten makes it."""
+    per_mtok = cost / hours / 3600 / tps * 1e6 if tps else None
+    return {
+        "stage": "finetune", "model": "m", "system": "s", "strategy": strategy, "cards": cards,
+        "attention": "fused", "status": status, "held_out_for": held, "tokens_per_s": tps,
+        "cost_units": cost, "cost_hours": hours, "cost_unit": "node-hours", "j_per_token": j,
+        "cost_per_mtok": per_mtok,
+    }  # fmt: skip
+
+
+def test_fastest_cheapest_and_least_energy_are_different_points():
+    records = pd.DataFrame([
+        run("ddp", 1, 100.0, cost=0.25, j=2.0),   # 0.5 units/h over 360k tokens/h
+        run("ddp", 2, 180.0, cost=1.0, j=1.5),    # faster, dearer per token
+        run("fsdp", 2, 150.0, cost=1.0, j=1.2),   # least energy
+        run("zero3", 1, None, status="predicted-does-not-fit", held="card"),
+    ])  # fmt: skip
+    picked = choices(measured_points(records)).set_index("choice")
+    assert picked.loc["fastest", "point"] == "ddp on 2 cards, fused"
+    assert picked.loc["fastest", "value"] == 180.0
+    assert picked.loc["cheapest", "point"] == "ddp on 1 cards, fused"
+    assert picked.loc["cheapest", "value"] == pytest.approx(0.5 / 3600 / 100 * 1e6, rel=1e-5)
+    assert picked.loc["cheapest", "unit"] == "node-hours"
+    assert picked.loc["least energy", "point"] == "fsdp on 2 cards, fused"
+
+
+def test_the_sharding_rule_holds_or_not_with_the_numbers():
+    records = pd.DataFrame([
+        run("ddp", 1, 100.0), run("fsdp", 1, 90.0),   # DDP fits and is fastest: holds
+        run("ddp", 2, 150.0), run("zero3", 2, 170.0),  # DDP fits, ZeRO-3 faster: does not hold
+        run("ddp", 4, None, status="predicted-does-not-fit", held="card"),
+        run("fsdp", 4, 200.0),                          # only sharding fits: holds
+    ])  # fmt: skip
+    rule = sharding_rule(measured_fits(records), measured_points(records)).set_index("cards")
+    assert rule.loc[1, "rule"].startswith("holds") and rule.loc[1, "ddp_fits"]
+    assert rule.loc[2, "rule"] == "does not hold (tokens/s: ddp 150.0; zero3 170.0)"
+    assert rule.loc[4, "rule"].startswith("holds") and not rule.loc[4, "ddp_fits"]
+
+
+def test_energy_unavailable_leaves_that_choice_blank():
+    points = measured_points(pd.DataFrame([run("ddp", 1, 100.0), run("fsdp", 2, 120.0)]))
+    picked = choices(points).set_index("choice")
+    assert picked.loc["least energy", "point"] == "-"
+    assert picked.loc["least energy", "unit"] == "J/token: not measured"
+
+
+def test_recommend_answers_from_the_planner_alone(capsys):
+    """The 70B on Voyager's Gaudi2: nothing measured there, so the answer is labelled predicted."""
+    argv = ["recommend", "--model", "llama-3.3-70b-instruct", "--system", "voyager"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "llama-3.3-70b-instruct on voyager:" in out
+    assert "predicted (planner only, nothing measured on voyager)" in out
+    assert "not measured (predicted:" in out  # the rule, per card count, from the planner
+    assert cli.main(["recommend", "--model", "gpt-5", "--system", "voyager"]) == 2
+    assert "'gpt-5' is not fine-tuned by config/paper.yaml" in capsys.readouterr().err

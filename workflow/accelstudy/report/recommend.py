@@ -1,0 +1,123 @@
+"""What to run where: per (model, system) the fit map over strategy x cards (card and host
+memory) and, from the measurements, the fastest, the cheapest and the least-energy point that
+fits; planner-only where nothing was measured, labelled predicted. And the paper's rule,
+"shard only when the model does not fit", checked against the measurements."""
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from accelstudy.config import validate_config
+from accelstudy.errors import require
+from accelstudy.finetune.planner import plan_sweep
+from accelstudy.report.tables import collect_records
+from accelstudy.systems import load_system
+
+CHOICES = {  # the choice, the column it minimises (negated: maximises), and its unit
+    "fastest": ("tokens_per_s", -1, "tokens/s"),
+    "cheapest": ("cost_per_mtok", 1, "charged units per 1M tokens"),
+    "least energy": ("j_per_token", 1, "J/token"),
+}
+KEY = ["model", "system", "strategy", "cards"]
+
+
+def measured_points(records: pd.DataFrame) -> pd.DataFrame:
+    """Fine-tuning points that ran: medians over repeats of tokens/s, the charge per 1M tokens
+    (tables.energy_and_cost) and joules per token."""
+    columns = [c for c, _, _ in CHOICES.values()]
+    if records.empty or "stage" not in records:
+        return pd.DataFrame(columns=[*KEY, "attention", *columns, "cost_unit"])
+    runs = records[(records["stage"] == "finetune") & (records["status"] == "ok")]
+    group = runs.groupby([*KEY, "attention"])
+    return group[columns].median().join(group["cost_unit"].first()).reset_index()
+
+
+def choices(points: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, system) and choice, the point and the number behind it (blank: not measured)."""
+    rows = []
+    for (model, system), part in points.groupby(["model", "system"]):
+        for choice, (column, sign, unit) in CHOICES.items():
+            known = part.dropna(subset=[column])
+            row = {"model": model, "system": system, "choice": choice, "basis": "measured"}
+            if known.empty:
+                rows.append(row | {"point": "-", "value": None, "unit": f"{unit}: not measured"})
+                continue
+            best = known.loc[(known[column] * sign).idxmin()]
+            point = f"{best['strategy']} on {best['cards']:.0f} cards, {best['attention']}"
+            unit = best["cost_unit"] if column == "cost_per_mtok" else unit
+            rows.append(
+                row | {"point": point, "value": round(float(best[column]), 6), "unit": unit}
+            )
+    return pd.DataFrame(rows)
+
+
+def sharding_rule(fits: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, system, cards): does DDP fit (planner), which strategy was fastest there, and
+    whether "shard only when the model does not fit" holds (DDP fastest where it fits)."""
+    rows = []
+    for (model, system, cards), part in fits.groupby(["model", "system", "cards"]):
+        ddp = part[part["strategy"] == "ddp"]
+        ddp_fits = bool((ddp["held_out_for"] == "").any())
+        ran = points[(points["model"] == model) & (points["system"] == system)]
+        ran = ran[ran["cards"] == cards].dropna(subset=["tokens_per_s"])
+        row = {"model": model, "system": system, "cards": cards, "ddp_fits": ddp_fits}
+        if ran.empty:
+            expected = "ddp" if ddp_fits else "a sharded strategy"
+            rows.append(row | {"fastest": "-", "rule": f"not measured (predicted: {expected})"})
+            continue
+        best = ran.loc[ran["tokens_per_s"].idxmax()]
+        holds = (best["strategy"] == "ddp") == ddp_fits  # DDP fastest where it fits, else sharded
+        speeds = "; ".join(f"{r.strategy} {r.tokens_per_s:.1f}" for r in ran.itertuples())
+        verdict = "holds" if holds else "does not hold"
+        rows.append(row | {"fastest": best["strategy"], "rule": f"{verdict} (tokens/s: {speeds})"})
+    return pd.DataFrame(rows)
+
+
+def measured_fits(records: pd.DataFrame) -> pd.DataFrame:
+    """The study's own fit map: a point fits unless its record says it did not (held out by
+    the planner, or out of memory when it ran)."""
+    runs = records[records["stage"] == "finetune"]
+    why = runs["held_out_for"].where(runs["status"] != "does-not-fit", "card (ran out)")
+    return runs.assign(held_out_for=why.fillna(""))[[*KEY, "attention", "held_out_for"]]
+
+
+def sections(records: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The report's "what to run where": the choices, then the sharding rule (none: no points)."""
+    points = measured_points(records)
+    if points.empty:
+        return []
+    return [("choices", choices(points)), ("rule", sharding_rule(measured_fits(records), points))]
+
+
+def recommend(model: str, system: str, configfile: Path, results: list[Path]) -> None:
+    """`accelstudy recommend`: the fit map, the choices (measured, else predicted), the rule."""
+    config = validate_config(yaml.safe_load(Path(configfile).read_text()) or {})
+    require(
+        model in config["finetune"]["models"],
+        "model",
+        f"'{model}' is not fine-tuned by {configfile}; name one of {config['finetune']['models']}",
+    )
+    config["finetune"]["models"] = [model]
+    fits = pd.DataFrame(plan_sweep(config, load_system(system)))
+    paths = [p for run in results for p in Path(run).glob("finetune/**/*.json")]
+    points = measured_points(collect_records(paths) if paths else pd.DataFrame())
+    points = points[(points["model"] == model) & (points["system"] == system)]
+    shown = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]
+    print(f"{model} on {system}: {(fits['held_out_for'] == '').sum()} of {len(fits)} points fit")
+    print(shown.to_string(index=False, float_format="%.1f"))
+    if fits["host_offer_gb"].isna().all():
+        print(f"host RAM unplanned: config/systems/{system}.yaml states no host_memory_gb")
+    if not points.empty:
+        print(choices(points).to_string(index=False))
+    elif (fitting := fits[fits["held_out_for"] == ""]).empty:
+        print("predicted (planner only): no point of the sweep fits this system")
+    else:
+        ddp = fitting[fitting["strategy"] == "ddp"]
+        pick = (fitting if ddp.empty else ddp).sort_values("cards").iloc[0]
+        why = "DDP does not fit at any card count" if ddp.empty else "DDP fits: the paper's rule"
+        print(
+            f"predicted (planner only, nothing measured on {system}): {pick['strategy']} on "
+            f"{pick['cards']} cards, the fewest that fit ({why})"
+        )
+    print(sharding_rule(fits, points).to_string(index=False))
