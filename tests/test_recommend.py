@@ -29,9 +29,9 @@ def test_fastest_cheapest_and_least_energy_are_different_points():
     picked = choices(measured_points(records)).set_index("choice")
     assert picked.loc["fastest", "point"] == "ddp on 2 cards, fused"
     assert picked.loc["fastest", "value"] == 180.0
-    assert picked.loc["cheapest", "point"] == "ddp on 1 cards, fused"
+    assert picked.loc["cheapest", "point"] == "ddp on 1 card, fused"
     assert picked.loc["cheapest", "value"] == pytest.approx(0.5 / 3600 / 100 * 1e6, rel=1e-5)
-    assert picked.loc["cheapest", "unit"] == "node-hours"
+    assert picked.loc["cheapest", "unit"] == "node-hours per 1M tokens"
     assert picked.loc["least energy", "point"] == "fsdp on 2 cards, fused"
 
 
@@ -44,7 +44,7 @@ def test_the_sharding_rule_holds_or_not_with_the_numbers():
     ])  # fmt: skip
     rule = sharding_rule(measured_fits(records), measured_points(records)).set_index("cards")
     assert rule.loc[1, "rule"].startswith("holds") and rule.loc[1, "ddp_fits"]
-    assert rule.loc[2, "rule"] == "does not hold (tokens/s: ddp 150.0; zero3 170.0)"
+    assert rule.loc[2, "rule"] == "does not hold (tokens/s: ddp/fused 150.0; zero3/fused 170.0)"
     assert rule.loc[4, "rule"].startswith("holds") and not rule.loc[4, "ddp_fits"]
 
 

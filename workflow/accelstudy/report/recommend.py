@@ -44,8 +44,9 @@ def choices(points: pd.DataFrame) -> pd.DataFrame:
                 rows.append(row | {"point": "-", "value": None, "unit": f"{unit}: not measured"})
                 continue
             best = known.loc[(known[column] * sign).idxmin()]
-            point = f"{best['strategy']} on {best['cards']:.0f} cards, {best['attention']}"
-            unit = best["cost_unit"] if column == "cost_per_mtok" else unit
+            cards = f"{best['cards']:.0f} card{'s' if best['cards'] != 1 else ''}"
+            point = f"{best['strategy']} on {cards}, {best['attention']}"
+            unit = f"{best['cost_unit']} per 1M tokens" if column == "cost_per_mtok" else unit
             rows.append(
                 row | {"point": point, "value": round(float(best[column]), 6), "unit": unit}
             )
@@ -68,7 +69,9 @@ def sharding_rule(fits: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
             continue
         best = ran.loc[ran["tokens_per_s"].idxmax()]
         holds = (best["strategy"] == "ddp") == ddp_fits  # DDP fastest where it fits, else sharded
-        speeds = "; ".join(f"{r.strategy} {r.tokens_per_s:.1f}" for r in ran.itertuples())
+        speeds = "; ".join(
+            f"{r.strategy}/{r.attention} {r.tokens_per_s:.1f}" for r in ran.itertuples()
+        )
         verdict = "holds" if holds else "does not hold"
         rows.append(row | {"fastest": best["strategy"], "rule": f"{verdict} (tokens/s: {speeds})"})
     return pd.DataFrame(rows)
