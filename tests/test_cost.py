@@ -63,6 +63,8 @@ def test_the_allocation_slurm_gave_the_job():
     used = allocation(cards=8, cores=2, environ=environ)
     assert used == Allocation(2, 8, 128, 458.752, "regular", "gpu_ss11")
     assert allocation(cards=2, cores=2, environ={}) == Allocation(1, 2, 2)
+    cpu_job = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "SLURM_CPUS_ON_NODE": "2"}
+    assert allocation(cards=2, cores=2, environ=cpu_job) == Allocation(1, 2, 2)  # no GPUs listed
 
 
 @pytest.mark.parametrize(

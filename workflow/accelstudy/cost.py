@@ -50,7 +50,8 @@ def allocation(cards: int, cores: int, environ: Mapping[str, str] | None = None)
     if "SLURM_JOB_ID" not in env:
         return Allocation(nodes=1, cards=cards, cores=cores)
     nodes = int(env.get("SLURM_JOB_NUM_NODES", "1"))
-    gpus = env.get("SLURM_GPUS_ON_NODE") or str(len(env.get("SLURM_JOB_GPUS", "").split(",")))
+    listed = [g for g in env.get("SLURM_JOB_GPUS", "").split(",") if g]  # none: no GPU job
+    gpus = env.get("SLURM_GPUS_ON_NODE") or (str(len(listed)) if listed else "")
     per_node_cores = env.get("SLURM_CPUS_ON_NODE")
     memory = env.get("SLURM_MEM_PER_NODE")  # MB
     return Allocation(
