@@ -3,7 +3,9 @@ loaded), RAPL from a fake sysfs tree (µJ), windows, wrap-around, and what a CPU
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 import types
 
 import pytest
@@ -58,6 +60,56 @@ def test_hlml_by_module_index(monkeypatch):
     fake_library(monkeypatch, "pyhlml", "hlml", {"index-3": [10_000, 10_000, 250_000]})
     meter = EnergyMeter("hpu", 3, package=False)
     assert meter.stop()["job_j"] == {"hlml": pytest.approx(240.0)}
+
+
+def fake_hl_smi(monkeypatch, folder, watts: dict[int, float]):
+    """`hl-smi -Q index,power.draw -f csv,noheader,nounits` at the command boundary: a line per
+    module, the watts read from a file the test rewrites."""
+    power = folder / "watts"
+    power.write_text("".join(f"{module}, {w}\n" for module, w in watts.items()))
+    script = folder / "hl-smi"
+    script.write_text(
+        f'#!/bin/sh\n[ "$*" = "-Q index,power.draw -f csv,noheader,nounits" ] && /bin/cat {power}\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return power
+
+
+def test_without_hlmls_counter_hl_smi_power_is_integrated(monkeypatch, tmp_path):
+    """No pyhlml here: the Gaudi card's source is hl-smi's power.draw, sampled and integrated
+    (trapezoids): 200 W, then 300 W, for module 1 (module 0 draws 90 W)."""
+    power = fake_hl_smi(monkeypatch, tmp_path, {0: 90.0, 1: 200.0})
+    monkeypatch.setitem(sys.modules, "pyhlml", None)  # import fails: the HLML counter is missing
+    meter = EnergyMeter("hpu", 1, package=False, required=("hlml",))
+    counter = meter.counters["hl-smi"][0]
+    start, began = counter(), time.perf_counter()
+    time.sleep(0.3)
+    middle, half = counter(), time.perf_counter()
+    power.write_text("0, 90\n1, 300\n")
+    time.sleep(0.3)
+    end, ended = counter(), time.perf_counter()
+    assert middle - start == pytest.approx(200 * (half - began), rel=0.1)
+    # the change lands somewhere in a sampling interval: between all-200 and all-300 W
+    assert 200 * (ended - half) * 0.9 < end - middle < 300 * (ended - half) * 1.1
+    result = meter.stop()
+    assert result["status"] == "ok" and result["sources"] == ["hl-smi"]
+    meter = EnergyMeter("hpu", 1, package=False)
+    power.unlink()  # hl-smi fails from now on: the energy is invalid, the job goes on
+    result = meter.stop()
+    assert result["status"] == "invalid" and "CalledProcessError" in result["reason"]
+
+
+def test_neither_hlml_nor_hl_smi_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "pyhlml", None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(
+        EnergySourceError, match=r"hlml: ModuleNotFoundError.*; hl-smi: FileNotFoundError"
+    ):
+        EnergyMeter("hpu", 0, package=False, required=("hlml",))
+    fake_hl_smi(monkeypatch, tmp_path, {0: 90.0})
+    with pytest.raises(EnergySourceError, match="hl-smi: LookupError: hl-smi lists no module 5"):
+        EnergyMeter("hpu", 5, package=False, required=("hlml",))
 
 
 def test_a_counter_that_goes_backwards_makes_the_energy_invalid(monkeypatch):

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 from accelstudy.data.instructions import (
@@ -101,6 +102,31 @@ def test_two_processes_shard_as_the_strategy_says(strategy, model_dir, full_nume
             assert held["master_fp32"] == pytest.approx(master, rel=0.02)
             assert held["optimizer_states"] == pytest.approx(2 * master, rel=0.02)
     assert_states_as_planned(model_dir, make_point(strategy), metrics)
+
+
+def test_a_strategy_with_ten_times_the_learning_rate_is_flagged(model_dir, tmp_path):
+    """At equal cards, seed, data and steps DDP, ZeRO-3 and FSDP (bf16) train the same model
+    within report.agreement's tolerance; ZeRO-3 at 10x the learning rate is flagged. A random
+    tiny model learns slowly, so the base rate is 1e-2 (at 3e-4, 10x moves its loss by less
+    than the tolerance in 6 steps; SmolLM2's by 4.4% at the second step)."""
+    from accelstudy.report.agreement import agreement
+
+    rows = []
+    for name, rate, repeat in [("ddp", 1e-2, 0), ("zero3", 1e-2, 0), ("fsdp", 1e-2, 0),
+                               ("ddp", 1e-2, 1), ("zero3", 1e-1, 1)]:  # fmt: skip
+        point = make_point(name, cards=1, max_steps=6, learning_rate=rate)
+        out = tmp_path / f"{name}-{repeat}.json"
+        finished = run_worker(point, model_dir, out, processes=0)
+        assert finished.returncode == 0, finished.stderr[-3000:]
+        losses = json.loads(out.read_text())["metrics"]["losses"]
+        assert len(losses) == 6
+        rows.append({"stage": "finetune", "status": "ok", "model": "tiny", "system": "cpu",
+                     "strategy": name, "attention": "fused", "cards": 1, "repeat": repeat,
+                     "seed": point.seed, "max_steps": 6, "losses": losses, "record": str(out)})  # fmt: skip
+    checked = agreement(pd.DataFrame(rows)).set_index(["repeat", "strategy"])
+    assert list(checked.loc[0, "verdict"]) == ["agrees", "agrees"]
+    assert checked.loc[(1, "zero3"), "verdict"].startswith("flagged")
+    assert checked.loc[(1, "zero3"), "deviation %"] > 2 * checked.loc[(1, "zero3"), "tolerance %"]
 
 
 def test_out_of_memory_is_a_does_not_fit_result(model_dir, tmp_path):

@@ -24,6 +24,7 @@ LAYERS = {  # from the ground up; a package name stands for its modules
         "timeline",
         "energy",
         "cost",
+        "accounting",
     ],
     2: ["tasks", "points"],
     3: ["config", "records"],

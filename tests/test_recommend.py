@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from accelstudy import cli
+from accelstudy.report.agreement import agreement
 from accelstudy.report.recommend import choices, measured_fits, measured_points, sharding_rule
 
 
@@ -44,8 +45,44 @@ def test_the_sharding_rule_holds_or_not_with_the_numbers():
     ])  # fmt: skip
     rule = sharding_rule(measured_fits(records), measured_points(records)).set_index("cards")
     assert rule.loc[1, "rule"].startswith("holds") and rule.loc[1, "ddp_fits"]
-    assert rule.loc[2, "rule"] == "does not hold (tokens/s: ddp/fused 150.0; zero3/fused 170.0)"
+    assert rule.loc[2, "rule"] == (
+        "does not hold (zero3 +13.3%, one repeat: spread unknown) "
+        "(tokens/s: ddp/fused 150.0; zero3/fused 170.0)"
+    )
     assert rule.loc[4, "rule"].startswith("holds") and not rule.loc[4, "ddp_fits"]
+
+
+def test_a_lead_within_the_repeats_spread_is_noise():
+    """ZeRO-3's median ahead of DDP's by 2%, but their tokens/s ranges overlap: the rule holds
+    within the spread; 20% ahead beyond both ranges: it does not."""
+    records = pd.DataFrame([
+        *(run("ddp", 1, t) for t in (96.0, 100.0, 104.0)),
+        *(run("zero3", 1, t) for t in (99.0, 102.0, 105.0)),
+        *(run("ddp", 2, t) for t in (150.0, 155.0)),
+        *(run("zero3", 2, t) for t in (180.0, 186.0)),
+    ])  # fmt: skip
+    rule = sharding_rule(measured_fits(records), measured_points(records)).set_index("cards")
+    assert rule.loc[1, "rule"].startswith("holds within the repeats' spread (zero3 +2.0%)")
+    assert rule.loc[2, "rule"].startswith("does not hold (zero3 +20.0%) (tokens/s:")
+
+
+def test_a_flagged_strategy_is_left_out_of_the_choices():
+    """ZeRO-3 is fastest, but its losses left DDP's by 5% (report.agreement): not chosen."""
+    losses = {"ddp": [2.2, 2.1, 2.0], "fsdp": [2.2, 2.1, 2.01], "zero3": [2.2, 2.0, 1.9]}
+    records = pd.DataFrame(
+        [
+            run(s, 1, t)
+            | {"losses": losses[s], "record": s, "repeat": 0, "seed": 1, "max_steps": 3}
+            for s, t in (("ddp", 100.0), ("fsdp", 90.0), ("zero3", 120.0))
+        ]
+    )
+    checked = agreement(records).set_index("strategy")
+    assert checked.loc["fsdp", "verdict"] == "agrees"
+    assert checked.loc["fsdp", "deviation %"] == pytest.approx(0.5, abs=1e-3)
+    assert checked.loc["zero3", "verdict"].startswith("flagged")
+    assert checked.loc["zero3", "worst step"] == 3
+    picked = choices(measured_points(records)).set_index("choice")
+    assert picked.loc["fastest", "point"] == "ddp on 1 card, fused"
 
 
 def test_energy_unavailable_leaves_that_choice_blank():

@@ -535,11 +535,12 @@ def test_report_with_finetune(tmp_path):
     table = pd.read_csv(inputs["results_dir"] / "tables" / "finetune.csv")
     assert len(table) == 8 and table["speed-up"].max() == 1.957
     page = index.read_text()
-    assert page.count("<table") == 7 and page.count("<img") == 5  # + what to run where
+    assert page.count("<table") == 8 and page.count("<img") == 5  # + what to run where
     markdown = (inputs["results_dir"] / "report" / "report.md").read_text()
     assert "## Fig. 2a: fine-tuning throughput" in markdown
     assert "## What to run where: the fastest, cheapest and least-energy point" in markdown
     assert "## Shard only when the model does not fit: the paper's rule, checked" in markdown
+    assert "## Strategies train the same model: each one's losses beside DDP's" in markdown
     assert "A card is a CPU process" in markdown and "not absolute numbers" in markdown
     assert "Peak measured as: RSS growth." in markdown
     records = pd.read_parquet(inputs["results_dir"] / "tables" / "records.parquet")

@@ -1,8 +1,11 @@
-"""Energy over a job and over its measured window: each card's own counter (NVML on NVIDIA, HLML
-on Gaudi) and the CPU packages' (RAPL); where none is readable, `unavailable` and why, never a
-number. A counter that went backwards (reset, or wrapped) makes the point's energy `invalid`."""
+"""Energy over a job and over its measured window: each card's own counter (NVML on NVIDIA,
+HLML on Gaudi, else hl-smi's power samples integrated) and the CPU packages' (RAPL); where none
+is readable, `unavailable` and why, never a number. A counter that went backwards (reset, or
+wrapped) makes the point's energy `invalid`."""
 
 import os
+import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +15,7 @@ from accelstudy import timeline
 from accelstudy.errors import StudyError
 
 RAPL = Path("/sys/class/powercap")
-SOURCES = ("nvml", "hlml", "rapl")
+SOURCES = ("nvml", "hlml", "hl-smi", "rapl")
 Counter = Callable[[], float]  # joules since some fixed point (a driver load, a boot)
 
 
@@ -46,12 +49,63 @@ def hlml_counter(index: int) -> Counter:
     return lambda: pyhlml.hlmlDeviceGetTotalEnergyConsumption(handle) / 1e3
 
 
+def hl_smi_counter(index: int, period_s: float = 1.0) -> Counter:
+    """Where HLML's energy counter is missing: Gaudi module `index`'s power.draw from `hl-smi`,
+    sampled every period (and at each reading) and integrated by trapezoids: J since the first."""
+    query = ["hl-smi", "-Q", "index,power.draw", "-f", "csv,noheader,nounits"]
+
+    def watts() -> float:
+        listed = subprocess.run(query, capture_output=True, text=True, check=True, timeout=30)
+        for line in listed.stdout.splitlines():
+            module, power = (field.strip() for field in line.split(","))
+            if int(module) == index:
+                return float(power)
+        raise LookupError(f"hl-smi lists no module {index}")
+
+    last, lock, stop = [time.perf_counter(), watts(), 0.0], threading.Lock(), threading.Event()
+
+    def sample() -> float:
+        with lock:
+            now, power = time.perf_counter(), watts()
+            last[:] = [now, power, last[2] + (power + last[1]) / 2 * (now - last[0])]
+            return last[2]
+
+    def every_period() -> None:  # until hl-smi fails: the next reading then says why
+        while not stop.wait(period_s):
+            try:
+                sample()
+            except Exception:
+                return
+
+    threading.Thread(target=every_period, daemon=True, name="hl-smi power").start()
+    return sample
+
+
 def rapl_counters(root: Path | None = None) -> list[Counter]:
     """One per CPU package (intel-rapl:N, also AMD's): energy_uj where this user may read it."""
     root = root or RAPL
     zones = sorted(root.glob("intel-rapl:*")) if root.is_dir() else []
     files = [z / "energy_uj" for z in zones if z.name.count(":") == 1]  # not :0:0, a subzone
     return [lambda f=f: int(f.read_text()) / 1e6 for f in files if os.access(f, os.R_OK)]
+
+
+CARD_COUNTERS = {  # per device kind, in order of preference
+    "cuda": [("nvml", nvml_counter)],
+    "hpu": [("hlml", hlml_counter), ("hl-smi", hl_smi_counter)],
+}
+
+
+def card_counter(device_kind: str, index: int) -> tuple[str, Counter] | str:
+    """The first of the card's counters that reads (its source and it), or why none does."""
+    failed = []
+    for source, make in CARD_COUNTERS.get(device_kind, []):
+        try:
+            counter = make(index)
+            counter()
+            return source, counter
+        except Exception as exc:  # the library, its driver or the card's counter is missing
+            failed.append(f"{source}: {type(exc).__name__}: {exc}")
+    return "; ".join(failed) or f"no card energy counter on {device_kind}"
 
 
 class EnergyMeter:
@@ -64,17 +118,14 @@ class EnergyMeter:
         self, device_kind: str, card_index: int | None, package: bool, required: tuple = ()
     ) -> None:
         self.counters: dict[str, list[Counter]] = {}
+        self.failed = ""
         why_not: dict[str, str] = {}
-        library = {"cuda": ("nvml", nvml_counter), "hpu": ("hlml", hlml_counter)}.get(device_kind)
-        if card_index is not None and library:
-            try:
-                counter = library[1](card_index)
-                counter()
-                self.counters[library[0]] = [counter]
-            except Exception as exc:  # the library, its driver or the card's counter is missing
-                why_not[library[0]] = f"{library[0]}: {type(exc).__name__}: {exc}"
-        elif card_index is not None:
-            why_not["card"] = f"no card energy counter on {device_kind}"
+        if card_index is not None:
+            card = card_counter(device_kind, card_index)
+            if isinstance(card, str):
+                why_not[CARD_COUNTERS.get(device_kind, [("card",)])[0][0]] = card
+            else:
+                self.counters[card[0]] = [card[1]]
         if package and (found := rapl_counters()):
             self.counters["rapl"] = found
         elif package:
@@ -89,7 +140,12 @@ class EnergyMeter:
         timeline.LISTENERS["energy"] = self.on_mark
 
     def read(self) -> tuple[float, dict[str, list[float]]]:
-        values = {source: [read() for read in reads] for source, reads in self.counters.items()}
+        """Every counter now; one that fails makes the energy invalid, never the job fail."""
+        try:
+            values = {source: [read() for read in reads] for source, reads in self.counters.items()}
+        except Exception as exc:
+            self.failed = f"an energy counter failed: {type(exc).__name__}: {exc}"
+            values = {}
         return time.perf_counter(), values
 
     def on_mark(self, phase: str) -> None:
@@ -102,6 +158,8 @@ class EnergyMeter:
         timeline.LISTENERS.pop("energy", None)
         if not self.counters:
             return {"status": "unavailable", "reason": self.why_not}
+        if self.failed:
+            return {"status": "invalid", "reason": self.failed}
         out: dict[str, Any] = {"status": "ok", "sources": sorted(self.counters)}
         done = self.readings.get("done", self.readings["end"])
         windows = {"job": ("start", self.readings["end"]), "measured": ("measured", done)}

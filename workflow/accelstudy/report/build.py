@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from accelstudy import accounting
 from accelstudy.files import atomic_open
 from accelstudy.points import bits_label
 from accelstudy.report import diffusion, figures, finetune, recommend, tables, timing
@@ -133,6 +134,7 @@ def _where(records: pd.DataFrame) -> list[Section]:
     """What to run where, from the study's fine-tuning measurements (`accelstudy recommend`
     adds the planner's map for any system and model)."""
     titles = {
+        "agreement": ("Strategies train the same model: each one's losses beside DDP's", "same"),
         "choices": ("What to run where: the fastest, cheapest and least-energy point", "where"),
         "rule": ("Shard only when the model does not fit: the paper's rule, checked", "rule"),
     }
@@ -156,7 +158,8 @@ def build_report(
     results_dir = Path(results_dir)
     out, figure = results_dir / "tables", results_dir / "report" / "figures"
     record_paths = list(record_paths)
-    records = tables.collect_records(record_paths)
+    records = tables.collect_records(record_paths)  # sacct's figures: this site's own jobs
+    records = tables.with_scheduler_figures(records, accounting.query(records["slurm_job"]))
     published = tables.load_published()
     write_records(records, out)
     baseline = tables.baseline_table(records, published)

@@ -14,7 +14,7 @@ NOTES = yaml.safe_load(Path(__file__).with_name("notes.yaml").read_text())  # th
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
 WHAT = ("study", "stage", "system", "device", "model", "task", "method")
 # a fine-tuning or SR3 point's parameters the tables group by, and the per-rank model-state bytes
-POINT_KEYS = ("strategy", "attention", "cards", "devices", "repeat")
+POINT_KEYS = ("strategy", "attention", "cards", "devices", "repeat", "seed", "max_steps")
 MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 Files = Iterable[str | Path]
 # the report's tables: ours beside the published numbers, in the paper's order and layout
@@ -61,7 +61,9 @@ def flatten(record: dict) -> dict:
         **{key: record["parameters"].get(key) for key in POINT_KEYS},
         "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),
         "wall_time_s": metrics["wall_time_s"],
+        "losses": metrics.get("losses") if record["stage"] == "finetune" else None,
         **energy_and_cost(record),
+        "slurm_job": provenance.get("scheduler", {}).get("job_id", ""),
         **{key: provenance[key] for key in ("git_commit", "config_hash")},
         "device_name": provenance["hardware"].get("device_name", ""),
     }
@@ -85,6 +87,23 @@ def energy_and_cost(record: dict) -> dict:
     row["cost_per_mtok"] = hourly / 3600 / metrics.get("tokens_per_s", NAN) * 1e6
     row["cost_per_kimage"] = hourly / 3600 / metrics.get("images_per_s", NAN) * 1e3
     return row
+
+
+def with_scheduler_figures(records: pd.DataFrame, accounted: dict[str, dict]) -> pd.DataFrame:
+    """`sacct`'s elapsed seconds and joules (accounting.query) beside the in-job figures, and
+    the charge over the elapsed time the scheduler saw, for a SLURM job that was one record's
+    alone (a group job's time is its records' together)."""
+    jobs = records["slurm_job"]
+    alone = jobs.map(jobs.value_counts()) == 1
+    found = [accounted.get(job, {}) if one else {} for job, one in zip(jobs, alone, strict=True)]
+    elapsed = pd.Series([f.get("elapsed_s", NAN) for f in found], index=records.index, dtype=float)
+    energy = [f.get("energy_j") or NAN for f in found]
+    records = records.assign(sacct_elapsed_s=elapsed, sacct_energy_j=energy)
+    scaled = elapsed.notna() & (records["cost_hours"] > 0)
+    per_hour = records["cost_units"] / records["cost_hours"]
+    records.loc[scaled, "cost_hours"] = elapsed[scaled] / 3600
+    records.loc[scaled, "cost_units"] = per_hour[scaled] * elapsed[scaled] / 3600
+    return records
 
 
 def collect_records(paths: Files) -> pd.DataFrame:

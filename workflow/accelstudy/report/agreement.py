@@ -1,0 +1,53 @@
+"""Strategies train the same model: before DDP, ZeRO-3 and FSDP are compared by speed, each
+one's loss at every step beside the reference's (DDP, else the first that ran) at equal cards,
+seed, data and steps. Where they may legitimately differ: bf16 keeps 8 significant bits, so a
+loss FSDP computes and reports in bf16 is off by up to 2^-8 of itself from its last rounding
+alone (more through its bf16 sum over tokens); reduction order, the sharded clipping's norm
+and the bf16 casts of gathered shards make the steps drift apart slowly. The tolerance is 2^-6
+of the reference's loss (four times the rounding bound); measured on the default study: 0.34%
+at most (FSDP), 0.07% (ZeRO-3); a 10x learning rate: 4.4% at the second step (README). A
+strategy beyond it trains something else: it is flagged and left out of the choices."""
+
+import pandas as pd
+
+# the points whose losses must agree: equal cards, seed, steps (the data follow from them)
+SAME = ["model", "system", "cards", "attention", "repeat", "seed", "max_steps"]
+ORDER = ["ddp", "zero3", "fsdp"]
+FLAGGED = "flagged: trains differently, left out of the choices"
+TOLERANCE = 2**-6  # of the reference's loss, at every step
+
+
+def deviation(losses: list[float], reference: list[float]) -> tuple[int, float]:
+    """The step (from 1) where the losses differ most, relative to the reference's, and by how
+    much."""
+    relative = [abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=False)]
+    worst = max(range(len(relative)), key=relative.__getitem__)
+    return worst + 1, relative[worst]
+
+
+def agreement(records: pd.DataFrame) -> pd.DataFrame:
+    """Per fine-tuning record beside a reference: its largest deviation and the verdict."""
+    if records.empty or "losses" not in records:
+        return pd.DataFrame()
+    runs = records[(records["stage"] == "finetune") & (records["status"] == "ok")]
+    runs = runs.loc[[isinstance(v, list) and len(v) > 0 for v in runs["losses"]]]
+    rows = []
+    for key, part in runs.groupby(SAME, dropna=False):
+        ranked = part.sort_values("strategy", key=lambda s: s.map(ORDER.index), kind="stable")
+        reference = ranked.iloc[0]
+        for run in ranked.iloc[1:].itertuples():
+            step, off = deviation(run.losses, reference["losses"])
+            rows.append({
+                **dict(zip(SAME, key, strict=True)), "strategy": run.strategy,
+                "against": reference["strategy"], "steps": len(run.losses), "worst step": step,
+                "loss": run.losses[step - 1], "reference loss": reference["losses"][step - 1],
+                "deviation %": round(100 * off, 3), "tolerance %": round(100 * TOLERANCE, 3),
+                "record": run.record, "verdict": "agrees" if off <= TOLERANCE else FLAGGED,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def flagged_records(records: pd.DataFrame) -> set[str]:
+    """The records of strategies that train differently from their reference."""
+    checked = agreement(records)
+    return set() if checked.empty else set(checked.loc[checked["verdict"] != "agrees", "record"])
