@@ -5,7 +5,7 @@ loss FSDP computes and reports in bf16 is off by up to 2^-8 of itself from its l
 alone (more through its bf16 sum over tokens); reduction order, the sharded clipping's norm
 and the bf16 casts of gathered shards make the steps drift apart slowly. The tolerance is 2^-6
 of the reference's loss (four times the rounding bound); measured on the default study: 0.34%
-at most (FSDP), 0.07% (ZeRO-3); a 10x learning rate: 4.4% at the second step (README). A
+at most (FSDP), 0.10% (ZeRO-3); a 10x learning rate: 5.0% at the second step (README). A
 strategy beyond it trains something else: it is flagged and left out of the choices."""
 
 import pandas as pd
