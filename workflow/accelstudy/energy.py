@@ -32,11 +32,8 @@ def nvml_counter(index: int) -> Counter:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     name = visible.split(",")[index] if visible else str(index)
     by_uuid = name.startswith(("GPU-", "MIG-"))
-    handle = (
-        pynvml.nvmlDeviceGetHandleByUUID(name)
-        if by_uuid
-        else pynvml.nvmlDeviceGetHandleByIndex(int(name))
-    )
+    get = pynvml.nvmlDeviceGetHandleByUUID if by_uuid else pynvml.nvmlDeviceGetHandleByIndex
+    handle = get(name if by_uuid else int(name))
     return lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3
 
 

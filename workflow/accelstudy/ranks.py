@@ -26,6 +26,16 @@ Measured = dict[str, Any]  # what one rank's work returns
 Summarise = Callable[[list[Measured]], dict[str, Any]]  # every rank's measurements -> the result
 
 
+def peak_metrics(measured: list[Measured], what_before: str) -> dict[str, Any]:
+    """Rank 0's metrics with every rank's peak memory, their largest and how it was measured
+    (on CPU: RSS growth over the RSS `what_before`)."""
+    first, peaks = measured[0], [m["peak_memory_bytes"] for m in measured]
+    on_cpu = f"RSS growth: getrusage ru_maxrss at the end minus the RSS {what_before}"
+    method = on_cpu if first["device"] == "cpu" else "max_memory_allocated"
+    metrics = {**first["metrics"], "peak_memory_per_rank": peaks, "peak_memory_bytes": max(peaks)}
+    return metrics | {"peak_memory_method": method}
+
+
 def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
     """torch.distributed's variables: Open MPI's under mpirun; a 1-process group's alone."""
     environ = os.environ if environ is None else environ

@@ -166,14 +166,11 @@ class Job:
         energy = combine([self.meter.stop()]) if self.meter else self.energy
         unit = "image" if what["stage"] == "diffusion" else "token"
         rate = metrics.get(f"{unit}s_per_s")
-        record["energy"] = per_unit(
-            energy or {"status": "unavailable", "reason": "nothing ran"}, rate, unit
-        )
+        nothing = {"status": "unavailable", "reason": "nothing ran"}
+        record["energy"] = per_unit(energy or nothing, rate, unit)
         config = config_hash(parameters if hashed is None else hashed)
-        wall_s = time.perf_counter() - self.started
-        record["cost"] = charged(
-            self.system.charge, self.allocation(), wall_s / 3600, self.system.per_node
-        )
+        wall_s, system = time.perf_counter() - self.started, self.system
+        record["cost"] = charged(system.charge, self.allocation(), wall_s / 3600, system.per_node)
         record["provenance"] = provenance(config, self.device.name(), self.device.kind, wall_s)
         record["provenance"]["system"] = self.system.facts()
         write_record(self.out, record)

@@ -48,12 +48,9 @@ class System:
         """The accelerator's name where the file gives one, else the system's."""
         return self.accelerator or self.name
 
-    def nodes_for(self, cards: int) -> int:
-        return math.ceil(cards / self.per_node)
-
     def layout(self, cards: int) -> tuple[int, int]:
         """(nodes, ranks per node): cards spread evenly over as few nodes as hold them."""
-        nodes = self.nodes_for(cards)
+        nodes = math.ceil(cards / self.per_node)
         return nodes, cards // nodes
 
     def check_cards(self, key: str, counts: list[int]) -> None:

@@ -24,7 +24,6 @@ from accelstudy.files import atomic_open
 from accelstudy.points import DiffusionPoint
 
 BACKENDS = {"cuda": "nccl", "hpu": "hccl", "cpu": "gloo"}
-CPU_PEAK = "RSS growth: getrusage ru_maxrss at the end minus the RSS before the model is built"
 LOSS_NOTE = "mean |noise - predicted| per pixel (the summed L1 is optimised)"
 MAX_LOSSES = 200  # the record keeps at most this many, evenly spaced
 
@@ -129,10 +128,8 @@ def check_quality(unet, point: DiffusionPoint, pairs: dict, samples: Path) -> di
 
 def summarise(measured: list[ranks.Measured]) -> dict[str, Any]:
     """The point's result: rank 0's clock, loss and quality; every rank's memory and images."""
-    first, peaks = measured[0], [m["peak_memory_bytes"] for m in measured]
-    seen = [set(m["seen"]) for m in measured]
-    metrics = {**first["metrics"], "peak_memory_per_rank": peaks, "peak_memory_bytes": max(peaks)}
-    metrics["peak_memory_method"] = CPU_PEAK if first["device"] == "cpu" else "max_memory_allocated"
+    first, seen = measured[0], [set(m["seen"]) for m in measured]
+    metrics = ranks.peak_metrics(measured, "before the model is built")
     metrics["first_epoch_images_per_rank"] = [len(s) for s in seen]
     shared = sum(len(a & b) for i, a in enumerate(seen) for b in seen[i + 1 :])
     metrics["first_epoch_images_shared"] = shared

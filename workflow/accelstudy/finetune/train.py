@@ -36,7 +36,6 @@ from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import weights_dir
 
 OOM_HOOK = "ACCELSTUDY_TEST_RAISE_OOM"  # "1": every rank raises OutOfMemoryError in step 1
-CPU_PEAK = "RSS growth: getrusage ru_maxrss at the end minus the RSS before the model loads"
 WARMUP_NOTE = "lr_scheduler constant ignores warm-up: the authors' warmup_ratio 0.03 had no effect"
 
 
@@ -177,9 +176,7 @@ def summarise(point: FinetunePoint, out: Path, measured: list[ranks.Measured]) -
     """Rank 0's clock and losses, every rank's memory and state bytes; spent checkpoints go."""
     shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
     first, resumed = measured[0], measured[0]["resumed_from_step"]
-    peaks = [m["peak_memory_bytes"] for m in measured]
-    metrics = {**first["metrics"], "peak_memory_per_rank": peaks, "peak_memory_bytes": max(peaks)}
-    metrics["peak_memory_method"] = CPU_PEAK if first["device"] == "cpu" else "max_memory_allocated"
+    metrics = ranks.peak_metrics(measured, "before the model loads")
     metrics["clean_measurement"] = resumed == 0
     if resumed:  # the speed covers this run's steps only
         metrics["resumed_from_step"] = resumed

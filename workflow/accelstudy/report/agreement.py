@@ -1,12 +1,8 @@
-"""Strategies train the same model: before DDP, ZeRO-3 and FSDP are compared by speed, each
-one's loss at every step beside the reference's (DDP, else the first that ran) at equal cards,
-seed, data and steps. Where they may legitimately differ: bf16 keeps 8 significant bits, so a
-loss FSDP computes and reports in bf16 is off by up to 2^-8 of itself from its last rounding
-alone (more through its bf16 sum over tokens); reduction order, the sharded clipping's norm
-and the bf16 casts of gathered shards make the steps drift apart slowly. The tolerance is 2^-6
-of the reference's loss (four times the rounding bound); measured on the default study: 0.34%
-at most (FSDP), 0.10% (ZeRO-3); a 10x learning rate: 5.0% at the second step (README). A
-strategy beyond it trains something else: it is flagged and left out of the choices."""
+"""Strategies train the same model: before they are compared by speed, each one's loss at
+every step beside the reference's (DDP, else the first that ran) at equal cards, seed, data and
+steps, within 2^-6 of it: four times what FSDP's bf16 loss may be off by its last rounding
+alone (reduction order, sharded clipping and bf16 casts drift far less; README: measured).
+A strategy beyond it trains something else: flagged, and left out of the choices."""
 
 import pandas as pd
 
@@ -18,8 +14,7 @@ TOLERANCE = 2**-6  # of the reference's loss, at every step
 
 
 def deviation(losses: list[float], reference: list[float]) -> tuple[int, float]:
-    """The step (from 1) where the losses differ most, relative to the reference's, and by how
-    much."""
+    """The step (from 1) where the losses differ most relative to the reference's, and how much."""
     relative = [abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=False)]
     worst = max(range(len(relative)), key=relative.__getitem__)
     return worst + 1, relative[worst]
