@@ -62,52 +62,66 @@ def test_hlml_by_module_index(monkeypatch):
     assert meter.stop()["job_j"] == {"hlml": pytest.approx(240.0)}
 
 
-def fake_hl_smi(monkeypatch, folder, watts: dict[int, float]):
-    """`hl-smi -Q index,power.draw -f csv,noheader,nounits` at the command boundary: a line per
-    module, the watts read from a file the test rewrites."""
-    power = folder / "watts"
-    power.write_text("".join(f"{module}, {w}\n" for module, w in watts.items()))
+def fake_hl_smi(monkeypatch, folder, lines: str):
+    """`hl-smi -Q index,power.draw -f csv,noheader,nounits` at the command boundary: prints the
+    file the test rewrites, and counts its calls in another."""
+    power, calls = folder / "watts", folder / "calls"
+    power.write_text(lines)
     script = folder / "hl-smi"
-    script.write_text(
-        f'#!/bin/sh\n[ "$*" = "-Q index,power.draw -f csv,noheader,nounits" ] && /bin/cat {power}\n'
-    )
+    query = "-Q index,power.draw -f csv,noheader,nounits"
+    script.write_text(f'#!/bin/sh\necho >> {calls}\n[ "$*" = "{query}" ] && /bin/cat {power}\n')
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    return power
+    return power, calls
 
 
 def test_without_hlmls_counter_hl_smi_power_is_integrated(monkeypatch, tmp_path):
-    """No pyhlml here: the Gaudi card's source is hl-smi's power.draw, sampled and integrated
-    (trapezoids): 200 W, then 300 W, for module 1 (module 0 draws 90 W)."""
-    power = fake_hl_smi(monkeypatch, tmp_path, {0: 90.0, 1: 200.0})
+    """No pyhlml here: the Gaudi card's source is hl-smi's power.draw for module 1 (module 0
+    and a blank line beside it), sampled on a thread and held: 200 W, then 300 W."""
+    power, calls = fake_hl_smi(monkeypatch, tmp_path, "0, 90\n\n1, 200\n")
     monkeypatch.setitem(sys.modules, "pyhlml", None)  # import fails: the HLML counter is missing
     meter = EnergyMeter("hpu", 1, package=False, required=("hlml",))
-    counter = meter.counters["hl-smi"][0]
+    assert sorted(meter.counters) == ["hl-smi"]
+    meter.stop()
+    counter = energy.HlSmiPower(1, period_s=0.05)
     start, began = counter(), time.perf_counter()
-    time.sleep(0.3)
+    time.sleep(0.5)
     middle, half = counter(), time.perf_counter()
-    power.write_text("0, 90\n1, 300\n")
-    time.sleep(0.3)
+    sampled = len(calls.read_text().splitlines())
+    power.write_text("0, 90\n1, 300 W\n")
+    time.sleep(0.5)
     end, ended = counter(), time.perf_counter()
-    assert middle - start == pytest.approx(200 * (half - began), rel=0.1)
-    # the change lands somewhere in a sampling interval: between all-200 and all-300 W
-    assert 200 * (ended - half) * 0.9 < end - middle < 300 * (ended - half) * 1.1
+    assert len(calls.read_text().splitlines()) > sampled + 3  # the thread samples, not reads
+    assert middle - start == pytest.approx(200 * (half - began), rel=0.02)
+    # the change lands within a sampling period (50 ms) and an hl-smi call after it was written
+    assert 300 * (ended - half) - 100 * 0.25 < end - middle <= 300 * (ended - half) + 1e-6
+    counter.close()
+
+
+def test_hl_smi_failing_mid_job_makes_the_energy_invalid(monkeypatch, tmp_path):
+    power, _ = fake_hl_smi(monkeypatch, tmp_path, "0, 200\n")
+    monkeypatch.setitem(sys.modules, "pyhlml", None)
+    meter = EnergyMeter("hpu", 0, package=False)
+    meter.counters["hl-smi"][0].close()
+    counter = energy.HlSmiPower(0, period_s=0.05)
+    meter.counters["hl-smi"] = [counter]
+    power.write_text("0, N/A\n")  # a failed sample: the job goes on, its energy is invalid
+    time.sleep(0.3)
     result = meter.stop()
-    assert result["status"] == "ok" and result["sources"] == ["hl-smi"]
-    meter = EnergyMeter("hpu", 1, package=False)
-    power.unlink()  # hl-smi fails from now on: the energy is invalid, the job goes on
-    result = meter.stop()
-    assert result["status"] == "invalid" and "CalledProcessError" in result["reason"]
+    assert result["status"] == "invalid" and set(result) == {"status", "reason"}
+    assert "ValueError" in result["reason"]
 
 
 def test_neither_hlml_nor_hl_smi_is_one_line(monkeypatch, tmp_path):
+    """Either name in the system file's `energy` list requires the card's counter."""
     monkeypatch.setitem(sys.modules, "pyhlml", None)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(
-        EnergySourceError, match=r"hlml: ModuleNotFoundError.*; hl-smi: FileNotFoundError"
-    ):
-        EnergyMeter("hpu", 0, package=False, required=("hlml",))
-    fake_hl_smi(monkeypatch, tmp_path, {0: 90.0})
+    for required in ("hlml", "hl-smi"):
+        with pytest.raises(
+            EnergySourceError, match=r"hlml: ModuleNotFoundError.*; hl-smi: FileNotFoundError"
+        ):
+            EnergyMeter("hpu", 0, package=False, required=(required,))
+    fake_hl_smi(monkeypatch, tmp_path, "0, 90\n")
     with pytest.raises(EnergySourceError, match="hl-smi: LookupError: hl-smi lists no module 5"):
         EnergyMeter("hpu", 5, package=False, required=("hlml",))
 

@@ -46,36 +46,51 @@ def hlml_counter(index: int) -> Counter:
     return lambda: pyhlml.hlmlDeviceGetTotalEnergyConsumption(handle) / 1e3
 
 
-def hl_smi_counter(index: int, period_s: float = 1.0) -> Counter:
+class HlSmiPower:
     """Where HLML's energy counter is missing: Gaudi module `index`'s power.draw from `hl-smi`,
-    sampled every period (and at each reading) and integrated by trapezoids: J since the first."""
-    query = ["hl-smi", "-Q", "index,power.draw", "-f", "csv,noheader,nounits"]
+    sampled on a thread every period and held until the next (so the joules never go back).
+    Reading spawns nothing (a reading inside a timed window costs no process); a failed sample
+    makes every later reading raise, so the meter marks the energy invalid."""
 
-    def watts() -> float:
-        listed = subprocess.run(query, capture_output=True, text=True, check=True, timeout=30)
+    QUERY = ("hl-smi", "-Q", "index,power.draw", "-f", "csv,noheader,nounits")
+
+    def __init__(self, index: int, period_s: float = 1.0) -> None:
+        self.index, self.lock, self.stopped = index, threading.Lock(), threading.Event()
+        self.at, self.power, self.joules = time.perf_counter(), self.watts(), 0.0
+        self.failed: Exception | None = None
+        sampler = threading.Thread(target=self.sample, args=(period_s,), daemon=True)
+        sampler.start()
+
+    def watts(self) -> float:
+        listed = subprocess.run(self.QUERY, capture_output=True, text=True, check=True, timeout=30)
         for line in listed.stdout.splitlines():
-            module, power = (field.strip() for field in line.split(","))
-            if int(module) == index:
-                return float(power)
-        raise LookupError(f"hl-smi lists no module {index}")
+            fields = [field.strip() for field in line.split(",")]
+            if len(fields) == 2 and fields[0].isdigit() and int(fields[0]) == self.index:
+                return float(fields[1].split()[0])  # "N/A": ValueError, a failed sample
+        raise LookupError(f"hl-smi lists no module {self.index}")
 
-    last, lock, stop = [time.perf_counter(), watts(), 0.0], threading.Lock(), threading.Event()
-
-    def sample() -> float:
-        with lock:
-            now, power = time.perf_counter(), watts()
-            last[:] = [now, power, last[2] + (power + last[1]) / 2 * (now - last[0])]
-            return last[2]
-
-    def every_period() -> None:  # until hl-smi fails: the next reading then says why
-        while not stop.wait(period_s):
+    def sample(self, period_s: float) -> None:
+        while not self.stopped.wait(period_s):
             try:
-                sample()
-            except Exception:
+                power = self.watts()
+            except Exception as exc:
+                self.failed = exc
                 return
+            with self.lock:
+                now = time.perf_counter()
+                self.joules, self.at, self.power = self.now(now), now, power
 
-    threading.Thread(target=every_period, daemon=True, name="hl-smi power").start()
-    return sample
+    def now(self, at: float) -> float:
+        return self.joules + self.power * (at - self.at)
+
+    def __call__(self) -> float:
+        if self.failed:
+            raise self.failed
+        with self.lock:
+            return self.now(time.perf_counter())
+
+    def close(self) -> None:
+        self.stopped.set()
 
 
 def rapl_counters(root: Path | None = None) -> list[Counter]:
@@ -88,7 +103,7 @@ def rapl_counters(root: Path | None = None) -> list[Counter]:
 
 CARD_COUNTERS = {  # per device kind, in order of preference
     "cuda": [("nvml", nvml_counter)],
-    "hpu": [("hlml", hlml_counter), ("hl-smi", hl_smi_counter)],
+    "hpu": [("hlml", hlml_counter), ("hl-smi", HlSmiPower)],
 }
 
 
@@ -119,8 +134,10 @@ class EnergyMeter:
         why_not: dict[str, str] = {}
         if card_index is not None:
             card = card_counter(device_kind, card_index)
-            if isinstance(card, str):
-                why_not[CARD_COUNTERS.get(device_kind, [("card",)])[0][0]] = card
+            if isinstance(card, str):  # any of the card's sources the system file requires
+                why_not |= {
+                    name: card for name, _ in CARD_COUNTERS.get(device_kind, [("card", None)])
+                }
             else:
                 self.counters[card[0]] = [card[1]]
         if package and (found := rapl_counters()):
@@ -153,6 +170,8 @@ class EnergyMeter:
         """Joules per source over the job and over its measured window, and their seconds."""
         self.readings["end"] = self.read()
         timeline.LISTENERS.pop("energy", None)
+        for counter in (c for reads in self.counters.values() for c in reads):
+            getattr(counter, "close", lambda: None)()
         if not self.counters:
             return {"status": "unavailable", "reason": self.why_not}
         if self.failed:

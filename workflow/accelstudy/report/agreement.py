@@ -4,18 +4,25 @@ steps, within 2^-6 of it: four times what FSDP's bf16 loss may be off by its las
 alone (reduction order, sharded clipping and bf16 casts drift far less; README: measured).
 A strategy beyond it trains something else: flagged, and left out of the choices."""
 
+import math
+
 import pandas as pd
 
-# the points whose losses must agree: equal cards, seed, steps (the data follow from them)
-SAME = ["model", "system", "cards", "attention", "repeat", "seed", "max_steps"]
+# what must be equal for the losses to agree: the study (one config) and, across studies, what
+# shapes the data and steps; not the repeat (every repeat trains from the same seed)
+SAME = ["study", "model", "system", "data", "cards", "attention", "seed", "max_steps"]
+SAME += ["per_device_batch", "grad_accum", "max_seq_length", "dtype"]
 ORDER = ["ddp", "zero3", "fsdp"]
 FLAGGED = "flagged: trains differently, left out of the choices"
 TOLERANCE = 2**-6  # of the reference's loss, at every step
+SHOWN = ["model", "system", "cards", "attention", "repeat", "strategy", "against", "steps"]
+SHOWN += ["worst step", "loss", "reference loss", "deviation %", "tolerance %", "verdict"]
 
 
 def deviation(losses: list[float], reference: list[float]) -> tuple[int, float]:
     """The step (from 1) where the losses differ most relative to the reference's, and how much."""
-    relative = [abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=False)]
+    pairs = zip(losses, reference, strict=False)
+    relative = [abs(a - b) / abs(b) if math.isfinite(a + b) else math.inf for a, b in pairs]
     worst = max(range(len(relative)), key=relative.__getitem__)
     return worst + 1, relative[worst]
 
@@ -25,15 +32,15 @@ def agreement(records: pd.DataFrame) -> pd.DataFrame:
     if records.empty or "losses" not in records:
         return pd.DataFrame()
     runs = records[(records["stage"] == "finetune") & (records["status"] == "ok")]
-    runs = runs.loc[[isinstance(v, list) and len(v) > 0 for v in runs["losses"]]]
-    rows = []
-    for key, part in runs.groupby(SAME, dropna=False):
+    runs = runs.loc[[pd.api.types.is_list_like(v) and len(v) > 0 for v in runs["losses"]]]
+    same, rows = [key for key in SAME if key in runs], []
+    for key, part in runs.groupby(same, dropna=False):
         ranked = part.sort_values("strategy", key=lambda s: s.map(ORDER.index), kind="stable")
         reference = ranked.iloc[0]
         for run in ranked.iloc[1:].itertuples():
-            step, off = deviation(run.losses, reference["losses"])
+            step, off = deviation(list(run.losses), list(reference["losses"]))
             rows.append({
-                **dict(zip(SAME, key, strict=True)), "strategy": run.strategy,
+                **dict(zip(same, key, strict=True)), "repeat": run.repeat, "strategy": run.strategy,
                 "against": reference["strategy"], "steps": len(run.losses), "worst step": step,
                 "loss": run.losses[step - 1], "reference loss": reference["losses"][step - 1],
                 "deviation %": round(100 * off, 3), "tolerance %": round(100 * TOLERANCE, 3),

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from accelstudy.accounting import ran_during
 from accelstudy.paths import RESOURCES
 from accelstudy.points import bits_label
 
@@ -15,6 +16,7 @@ SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local fi
 WHAT = ("study", "stage", "system", "device", "model", "task", "method")
 # a fine-tuning or SR3 point's parameters the tables group by, and the per-rank model-state bytes
 POINT_KEYS = ("strategy", "attention", "cards", "devices", "repeat", "seed", "max_steps")
+POINT_KEYS += ("per_device_batch", "grad_accum", "max_seq_length", "dtype")
 MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 Files = Iterable[str | Path]
 # the report's tables: ours beside the published numbers, in the paper's order and layout
@@ -64,6 +66,7 @@ def flatten(record: dict) -> dict:
         "losses": metrics.get("losses") if record["stage"] == "finetune" else None,
         **energy_and_cost(record),
         "slurm_job": provenance.get("scheduler", {}).get("job_id", ""),
+        "finished_at": provenance.get("finished_at", ""),
         **{key: provenance[key] for key in ("git_commit", "config_hash")},
         "device_name": provenance["hardware"].get("device_name", ""),
     }
@@ -92,10 +95,13 @@ def energy_and_cost(record: dict) -> dict:
 def with_scheduler_figures(records: pd.DataFrame, accounted: dict[str, dict]) -> pd.DataFrame:
     """`sacct`'s elapsed seconds and joules (accounting.query) beside the in-job figures, and
     the charge over the elapsed time the scheduler saw, for a SLURM job that was one record's
-    alone (a group job's time is its records' together)."""
-    jobs = records["slurm_job"]
+    alone (a group job's time is its records' together) and that ran when the record was written."""
+    jobs, written = records["slurm_job"], records["finished_at"]
     alone = jobs.map(jobs.value_counts()) == 1
-    found = [accounted.get(job, {}) if one else {} for job, one in zip(jobs, alone, strict=True)]
+    found = [
+        accounted[job] if one and job in accounted and ran_during(accounted[job], at) else {}
+        for job, one, at in zip(jobs, alone, written, strict=True)
+    ]
     elapsed = pd.Series([f.get("elapsed_s", NAN) for f in found], index=records.index, dtype=float)
     energy = [f.get("energy_j") or NAN for f in found]
     records = records.assign(sacct_elapsed_s=elapsed, sacct_energy_j=energy)
