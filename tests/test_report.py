@@ -147,6 +147,9 @@ FINETUNE = [
 ]
 
 
+KEYS_AT = ["strategy", "attention", "cards"]
+
+
 def _write(records: list[dict], folder: Path) -> list[Path]:
     paths = []
     for i, record in enumerate(records):
@@ -545,6 +548,23 @@ def test_report_with_finetune(tmp_path):
     assert "Peak measured as: RSS growth." in markdown
     records = pd.read_parquet(inputs["results_dir"] / "tables" / "records.parquet")
     assert records["tokens_per_s"].isna().sum() == 2
+
+
+def test_a_strategy_that_trains_differently_is_a_hole_not_a_speed():
+    """ZeRO-3's losses left DDP's by 12% at step 2: its speed is not compared (a hole, flagged)."""
+    records = pd.DataFrame(
+        [flatten(_point(*p)) | {"record": f"r{i}"} for i, p in enumerate(FINETUNE)]
+    )
+    zero3 = records.index[(records["strategy"] == "zero3") & (records["cards"] == 1)][0]
+    records.at[zero3, "losses"] = [6.5, 5.5]
+    points = finetune.finetune_points(finetune.finetune_runs(records)).set_index(KEYS_AT)
+    assert points.loc[("ZeRO-3", "fused", 1), "status"] == "trains-differently"
+    assert pd.isna(points.loc[("ZeRO-3", "fused", 1), "tps"])
+    ours = finetune.findings(finetune.finetune_points(finetune.finetune_runs(records)))
+    assert (
+        "ZeRO-3 fused, 1 card: flagged: its losses left DDP's"
+        in ours.set_index("finding").loc["did not fit", "ours"]
+    )
 
 
 def test_finetune_where_no_point_ran(tmp_path):

@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from accelstudy.report.agreement import flagged_records
 from accelstudy.report.figures import SPREAD, draw
 from accelstudy.report.tables import NOTES, joined, ours_note
 
@@ -13,6 +14,7 @@ STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ["fused", "eager"]
 HOLES = {"does-not-fit": "does not fit", "predicted-does-not-fit": "predicted not to fit"}
 HOLES["ok-resumed"] = "resumed from a checkpoint: not timed"
+HOLES["trains-differently"] = "flagged: its losses left DDP's (not timed)"
 KEYS = ["system", "model", "strategy", "attention", "cards"]
 ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
 # metric columns the tables read; absent from the collected records where no point ran
@@ -36,8 +38,12 @@ def _rank(column: pd.Series) -> pd.Series:
 
 
 def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
-    """A row per fine-tuning record, strategies by the paper's names, seconds for WORK."""
+    """A row per fine-tuning record, strategies by the paper's names, seconds for WORK; one
+    whose losses left its reference's (report.agreement) has status `trains-differently`."""
     runs = records[records["stage"] == "finetune"]
+    if "record" in runs:  # a strategy that trains something else is a hole, not a speed
+        flagged = runs["record"].isin(flagged_records(records))
+        runs = runs.assign(status=runs["status"].mask(flagged, "trains-differently"))
     runs = runs.assign(**{f"metric_{m}": runs.get(f"metric_{m}", float("nan")) for m in METRICS})
     runs = runs.astype({"cards": int}).assign(strategy=runs["strategy"].replace(STRATEGIES))
     runs = runs.assign(seconds=WORK / runs["metric_samples_per_s"])
