@@ -9,6 +9,7 @@ import time
 import types
 
 import pytest
+import yaml
 from accelstudy import energy, timeline
 from accelstudy.energy import EnergyMeter, EnergySourceError, combine, per_unit
 
@@ -184,3 +185,13 @@ def test_ranks_combine_per_source_and_invalid_wins():
     none = {"status": "unavailable", "reason": "no card energy counter on cpu"}
     assert combine([none, one])["job_j"]["total"] == 15.0
     assert per_unit(none, 100.0, "token") == none
+
+
+def test_the_record_schema_takes_every_source():
+    """A Gaudi job on hl-smi's power writes `sources: [hl-smi]`: the schema must take it."""
+    from accelstudy.paths import SCHEMAS
+
+    schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
+    assert schema["properties"]["energy"]["properties"]["sources"]["items"]["enum"] == list(
+        energy.SOURCES
+    )
