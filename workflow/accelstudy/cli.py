@@ -45,6 +45,18 @@ def _unlock_if_stale() -> None:
     print(unlock_if_stale(Path.cwd()), end="")
 
 
+def _probe(threads: list[int]) -> None:
+    import os
+
+    from accelstudy.peak import probe
+
+    model = __import__("accelstudy.peak").peak.cpu_model_and_flags()[0]
+    for count in sorted(set(threads or [1, os.cpu_count() or 1])):
+        rates = probe(count)["flops_per_s"]
+        shown = ", ".join(f"{dtype} {rate / 1e9:.1f}" for dtype, rate in rates.items())
+        print(f"{model}, {count} thread(s): {shown} GFLOP/s (GEMM probe, cached)")
+
+
 def _plan_memory(
     model: str, device_kind: str, memory_per_card_gb: float | None, **workload: Any
 ) -> None:
@@ -127,6 +139,9 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         ["study", "system", "model-name", "data-source", "model-dir",
          ("point", {"type": FinetunePoint.from_json, "help": "the point (finetune keys)"}),
          "threads", "device", "out"]),
+    "probe": ("measure this CPU's GEMM FLOP/s per dtype (its peak, cached); run it alone",
+        _probe, [("threads", {"type": int, "nargs": "*", "default": [],
+                              "help": "thread counts (default: 1 and every core)"})]),
     "plan-memory": ("predict a point's per-card peak memory", _plan_memory,
         [("model", {"required": True, "help": "a model directory or resources/models name"}),
          ("strategy", {"required": True, "choices": ["ddp", "zero3", "fsdp"]}),

@@ -85,6 +85,17 @@ class PointJob(Job):
     def allocation(self) -> Allocation:
         return allocation(self.cards, self.threads)
 
+    def rank_threads(self, cards: int) -> int:
+        """OMP threads per rank: the ranks of one node share its job's cores, not oversubscribe."""
+        return max(1, self.threads // self.system.layout(cards)[1])
+
+    def ranks_and_threads(self) -> tuple[int, int]:
+        return self.cards, self.rank_threads(self.cards or 1)
+
+    def ranks_dtype(self, asked: str, cards: int, device_kind: str) -> str:
+        """The dtype the ranks compute in, resolved on the job's node (not the login node)."""
+        return self.resolve_dtype(asked, device_kind, self.rank_threads(cards))
+
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
     ) -> dict[str, Any]:
@@ -92,8 +103,7 @@ class PointJob(Job):
         result, self.cards = self.out.with_name(f".{self.out.stem}.ranks.json"), cards
         argv = [*args, "--out", str(result)]
         command_line = command(self.system, cards, module, argv, strategy, self.threads)
-        # OMP threads per rank: the ranks of one node share its job's cores, not oversubscribe
-        omp = str(max(1, self.threads // self.system.layout(cards)[1]))
+        omp = str(self.rank_threads(cards))
         log.info("launching: %s", " ".join(command_line))
         try:
             gaudi = hpu_env if self.system.device == "hpu" else {}

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accelstudy import __version__, timeline
+from accelstudy import __version__, peak, timeline
 from accelstudy.config import config_hash
 from accelstudy.cost import Allocation, allocation, charged
 from accelstudy.energy import EnergyMeter, combine, per_unit
@@ -87,6 +87,11 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
 
     hardware = {"device_kind": device_kind, "device_name": device_name, "host": platform.node()}
     hardware |= {"machine": platform.machine(), "cpu_count": os.cpu_count()}
+    cpu_model, flags = peak.cpu_model_and_flags()
+    hardware |= {"cpu_model": cpu_model, "cpu_flags": sorted(peak.SHOWN_FLAGS & set(flags))}
+    probed = peak.cpu_rates(torch.get_num_threads(), probe_if_missing=False)
+    if probed:  # the CPU's own limit (set-up's probe), where one was taken at these threads
+        hardware["cpu_gemm_probe"] = probed
     return {
         "git_commit": git_commit(),
         "config_hash": config_hash,
@@ -125,6 +130,32 @@ class Job:
     started: float = field(init=False, repr=False, default_factory=time.perf_counter)
     meter: Any = field(init=False, repr=False, default=None)  # an in-process job's EnergyMeter
     energy: dict[str, Any] | None = field(init=False, default=None)  # else its ranks' (combined)
+    compute: dict[str, Any] = field(init=False, default_factory=dict)  # the dtype that ran, why
+
+    def ranks_and_threads(self) -> tuple[int, int]:
+        """What computed: this process's cards (one) or torch threads."""
+        import torch
+
+        return 1, torch.get_num_threads()
+
+    def resolve_dtype(self, asked: str, device_kind: str, threads: int | None = None) -> str:
+        """The dtype this job computes in (`auto`: accelstudy.peak.resolve_dtype), and why."""
+        threads = threads or self.ranks_and_threads()[1]
+        dtype, reason = peak.resolve_dtype(asked, self.system, device_kind, threads)
+        self.compute = {"dtype": dtype, "reason": reason}
+        return dtype
+
+    def utilization(self, rate: float | None, flops_per_unit: float | None) -> dict[str, Any]:
+        """Achieved model FLOP/s (accelstudy.flops) beside the peak of what the job held."""
+        dtype, reason = self.compute.get("dtype"), self.compute.get("reason", "")
+        block = {"dtype": dtype, "dtype_reason": reason, "flops_per_unit": flops_per_unit}
+        if dtype is None or not rate or flops_per_unit is None:
+            return {**block, "status": "unknown", "source": "no FLOP count or rate", "mfu": None}
+        try:
+            limit = peak.peak(self.system, self.device.kind, dtype, *self.ranks_and_threads())
+        except (OSError, RuntimeError, ValueError) as error:  # the record outlives a failed probe
+            return {**block, "status": "error", "source": str(error), "mfu": None}
+        return {**block, **peak.utilization(limit, rate * flops_per_unit)}
 
     def __post_init__(self) -> None:
         timeline.MARKS.clear()  # this job's phases, not an earlier job's in the same process
@@ -168,6 +199,7 @@ class Job:
         rate = metrics.get(f"{unit}s_per_s")
         nothing = {"status": "unavailable", "reason": "nothing ran"}
         record["energy"] = per_unit(energy or nothing, rate, unit)
+        record["utilization"] = self.utilization(rate, metrics.get(f"flops_per_{unit}"))
         config = config_hash(parameters if hashed is None else hashed)
         wall_s, system = time.perf_counter() - self.started, self.system
         record["cost"] = charged(system.charge, self.allocation(), wall_s / 3600, system.per_node)

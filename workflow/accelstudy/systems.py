@@ -37,6 +37,8 @@ class System:
     slurm: dict[str, Any] = field(default_factory=dict)
     energy: tuple[str, ...] = ()  # sources every job must read (accelstudy.energy); else any
     charge: dict[str, Any] | None = None  # the site's charge rule (accelstudy.cost); None: unknown
+    # dense peak FLOP/s per card and dtype with the datasheet's `doc`; `measured`: a CPU's probe
+    peak_flops: dict[str, Any] | str | None = None
 
     @property
     def per_node(self) -> int:
@@ -63,6 +65,9 @@ class System:
             require(cards <= offered, key, problem + f"ask for at most {offered}")
 
     def check_dtype(self, key: str, dtype: str) -> None:
+        """A dtype the system offers; `auto` picks one inside the job (accelstudy.peak)."""
+        if dtype == "auto":
+            return
         offered = f"{self.label} (system '{self.name}': {list(self.dtypes)})"
         require(dtype in self.dtypes, key, f"{dtype} is not offered by {offered}; use one of those")
 
@@ -72,6 +77,19 @@ class System:
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
+
+
+def check_peak(path: Any, stated: Any) -> None:
+    """`measured`, or dtype -> FLOP/s per card with the datasheet's address in `doc`."""
+    if stated is None or stated == "measured":
+        return
+    fix = "give dtype: FLOP/s per card and doc: the datasheet's address, or measured (a CPU)"
+    if not isinstance(stated, dict) or not stated.get("doc"):
+        raise ConfigError(f"{path}: peak_flops: {fix}")
+    for dtype, value in stated.items():
+        number = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        if dtype not in ("doc", "note") and value is not None and not number:
+            raise ConfigError(f"{path}: peak_flops.{dtype}: {value!r} is not a FLOP/s; {fix}")
 
 
 def load_system(name: str) -> System:
@@ -87,6 +105,7 @@ def load_system(name: str) -> System:
     energy = tuple(spec.get("energy") or ())
     for source in set(energy) - set(SOURCES):
         raise ConfigError(f"{path}: energy source '{source}' is not one of {', '.join(SOURCES)}")
+    check_peak(path, spec.get("peak_flops"))
     if spec.get("charge") is not None:
         check_rule(name, spec["charge"])
     return System(**{**spec, "dtypes": dtypes, "slurm": spec.get("slurm") or {}, "energy": energy})

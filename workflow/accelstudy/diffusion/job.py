@@ -15,6 +15,9 @@ GAUDI_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}  # the
 def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags: Any) -> dict:
     """Train one (devices, repeat) point of the fixed work; write its record."""
     job = PointJob(**flags)
+    ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind
+    asked, dtype = point, job.ranks_dtype(point.dtype, point.devices, ranks_device)
+    point = point.replace(dtype=dtype)
     data_card = read_record(card)  # the data card: plain JSON
     args = ["--point", point.to_json(), "--data", str(data), "--samples", str(samples)]
     outcome = job.launch(point.devices, WORKER, args, **GAUDI_ENV)
@@ -25,6 +28,6 @@ def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags
         samples.touch()  # the job's second output: empty where nothing was sampled
     source = "standin" if data_card["standin"] else "local"
     what = dict(model="sr3", task="dust-sr", method="ddp", data_source=source)
-    parameters = {**point.as_dict(), "data": data_card}
+    parameters = {**asked.as_dict(), "data": data_card}
     inputs = {"data": read_source(data)}
     return job.record("diffusion", metrics, parameters=parameters, inputs=inputs, **what)

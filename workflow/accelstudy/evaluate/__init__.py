@@ -41,6 +41,6 @@ def evaluate_task(
             key = f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"
             args = (model, tokenizer, task, protocol, rows[: limit or None], meter, settings[key])
             metrics, details = evaluate_multiple_choice(*args)
-    metrics.update(meter.metrics())
+    metrics.update(meter.metrics(model.config.to_dict()))
     metrics["primary_metric"] = spec.metric.name
     return metrics, details

@@ -50,7 +50,7 @@ class EvalJob(Job):
 def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:
     """Evaluate the unquantized model on one task and write its result record."""
     job = EvalJob(**flags)
-    dtype = devices.DTYPES[job.settings.get("dtype", "float32")]
+    dtype = devices.DTYPES[job.resolve_dtype(job.settings.get("dtype", "float32"), job.device.kind)]
     model, tokenizer = load_prepared(job.model_dir, dtype=dtype)
     metrics = job.evaluate(model, tokenizer, protocol)
     name = str(dtype).removeprefix("torch.")

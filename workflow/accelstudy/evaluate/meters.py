@@ -1,10 +1,11 @@
 """Wall time, throughput and peak memory around an evaluation."""
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Self
 
-from accelstudy import timeline
+from accelstudy import flops, timeline
 from accelstudy.device import Device
 
 
@@ -14,6 +15,8 @@ class Meter:
 
     device: Device
     tokens: int = 0
+    squared_lengths: int = 0  # the sum of each row's length squared: attention's work
+    head_tokens: int = 0  # positions the LM head ran on (every token but in choice scoring)
     _start: float = field(default=0.0, repr=False)
     wall_time_s: float = 0.0
 
@@ -30,7 +33,21 @@ class Meter:
         self.wall_time_s = time.perf_counter() - self._start
         timeline.mark("done")
 
-    def metrics(self) -> dict[str, float | int]:
+    def ran(self, lengths: Iterable[int], head_tokens: int | None = None) -> None:
+        """Rows of these lengths went through the model; the head saw every token unless told."""
+        lengths = list(lengths)
+        self.tokens += sum(lengths)
+        self.squared_lengths += sum(n * n for n in lengths)
+        self.head_tokens += sum(lengths) if head_tokens is None else head_tokens
+
+    def metrics(self, config: dict | None = None) -> dict[str, float | int]:
+        """Time, tokens, rate and peak memory; forward FLOPs per token where `config` (the
+        model's) is given (accelstudy.flops' conventions)."""
         out = {"wall_time_s": round(self.wall_time_s, 4), "tokens": self.tokens}
+        if config and self.tokens:
+            head = 2 * config["hidden_size"] * config["vocab_size"]
+            work = (flops.linear_forward(config) - head) * self.tokens + head * self.head_tokens
+            work += flops.attention_forward(config, self.squared_lengths)
+            out["flops_per_token"] = work / self.tokens
         out["tokens_per_s"] = round(self.tokens / self.wall_time_s, 2) if self.wall_time_s else 0.0
         return {**out, "peak_memory_bytes": self.device.peak_memory_bytes()}

@@ -108,7 +108,8 @@ def evaluate_multiple_choice(
     requests = [spec.build(row) for row in rows]
     tokenized = [tokenize_request(tokenizer, r, spec, max_length) for r in requests]
     scores = score_items(model, tokenized, max_length, f"{task}/{protocol}")
-    meter.tokens += sum(len(ctx) + sum(max(len(c) - 1, 0) for c in cs) for ctx, cs in tokenized)
+    rows = [len(ctx) + sum(max(len(c) - 1, 0) for c in cs) for ctx, cs in tokenized]
+    meter.ran(rows, head_tokens=sum(len(c) for _, cs in tokenized for c in cs))
     items = [decide(r, item_scores, spec) for r, item_scores in zip(requests, scores, strict=True)]
     gold = np.array([i.gold for i in items])
 

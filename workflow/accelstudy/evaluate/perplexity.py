@@ -55,7 +55,7 @@ def paper(model: nn.Module, blocks: torch.Tensor, batch_size: int, meter: Meter)
         batch = blocks[start : start + batch_size].to(device)
         loss, n = block_loss(model, batch)
         total, count = total + loss, count + n
-        meter.tokens += batch.numel()
+        meter.ran([batch.shape[1]] * batch.shape[0])
     return {"perplexity": math.exp(total / count), "blocks": len(blocks), "nll": total / count}
 
 
@@ -89,7 +89,7 @@ def rolling_loglikelihood(
         logprobs = F.log_softmax(model(inputs).logits[0].float(), dim=-1)
         targets = torch.tensor(continuation, device=device)
         total += float(logprobs[-len(continuation) :].gather(1, targets[:, None]).double().sum())
-        meter.tokens += inputs.numel()
+        meter.ran([inputs.shape[1]])
     return total
 
 

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from accelstudy.data.sources import describe_source, read_source
 from accelstudy.finetune.planner import fit_check, load_config
+from accelstudy.flops import training_per_token
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import identity
@@ -33,7 +34,9 @@ def run(
     job = PointJob(**flags)
     # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
     ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind
-    metrics, over = fit_check(load_config(model_dir), point, job.system, ranks_device)
+    asked, config = point, load_config(model_dir)
+    point = point.replace(dtype=job.ranks_dtype(point.dtype, point.cards, ranks_device))
+    metrics, over = fit_check(config, point, job.system, ranks_device)
     reason = unsupported(point, model_dir, ranks_device)
     if reason and point.on_unsupported != "record":
         raise PointFailed(f"{reason} (or set finetune.on_unsupported: record)")
@@ -47,7 +50,10 @@ def run(
         metrics.update(outcome.get("metrics", {}), status=outcome["status"])
         if outcome["status"] != "ok":
             metrics["error"] = outcome.get("error", "")
-    what = dict(task="instructions", method=point.strategy, parameters=point.as_dict())
+    rank = point.lora.rank if point.method == "lora" else 0
+    args = (config.to_dict(), point.max_seq_length, rank, point.lora.targets)
+    metrics["flops_per_token"] = training_per_token(*args)
+    what = dict(task="instructions", method=point.strategy, parameters=asked.as_dict())
     file = point.data.get("file")  # the rules' points read a prepared file; else generated
     data = read_source(file) if file else describe_source(point.data, "train")
     what["inputs"] = {"model": identity(model_dir), "data": data}

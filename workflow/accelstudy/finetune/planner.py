@@ -15,6 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from accelstudy.config import validate_config
 from accelstudy.errors import ConfigError
 from accelstudy.paths import RESOURCES, SYSTEMS
+from accelstudy.peak import peak, resolve_dtype
 from accelstudy.points import FinetunePoint, finetune_cells, finetune_point
 from accelstudy.snapshots import weights_dir
 from accelstudy.systems import System, load_system
@@ -219,6 +220,10 @@ def plan_sweep(config: Mapping[str, Any], system: System) -> list[dict[str, Any]
             rows.append(row | {"held_out_for": f"beyond the system's {offered} cards"})
             continue
         point = finetune_point(config, cell, data_file="")
+        dtype = resolve_dtype(point.dtype, system, system.device, 1)[0]  # auto: as a job would
+        point, limit = point.replace(dtype=dtype), peak(system, system.device, dtype, cell.cards, 1)
+        row |= {"dtype": dtype, "peak_tflops": limit.get("flops_per_s", math.nan) / 1e12}
+        row["peak_source"] = limit["source"].split(":")[0]  # the full sources: under the table
         model_config = load_config(model_source(config, cell.model))
         metrics, over = fit_check(model_config, point, system, system.device)
         card, host = metrics["predicted"]["total"], metrics["predicted_host"]["total"]
@@ -240,5 +245,9 @@ def plan_study(configfile: Path, system: list[str], every_point: bool) -> None:
         print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
         if not shown.empty:
             print(shown.drop(columns="system").to_string(index=False, float_format="%.1f"))
+        for dtype in rows["dtype"].dropna().unique():
+            limit = peak(load_system(name), load_system(name).device, dtype, 1, 1)
+            shown = f"{limit['flops_per_s'] / 1e12:g} TFLOP/s, " if "flops_per_s" in limit else ""
+            print(f"  peak per card in {dtype}: {shown}{limit['source']}")
         if "host_offer_gb" in rows and rows["host_offer_gb"].isna().all():
             print(f"  host RAM unplanned: config/systems/{name}.yaml states no host_memory_gb")

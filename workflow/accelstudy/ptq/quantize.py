@@ -177,7 +177,8 @@ def quantize(**flags: Any) -> dict[str, Any]:
     spec = json.loads(Path(job.assignment).read_text())
     bits = module_assignment(model, spec, job.assignment)
     model, stored, ratio, note = RECIPES[job.recipe](job, model, bits)
-    compute = COMPUTE[job.recipe] or DTYPES[job.settings.get("dtype", "float32")]
+    asked = str(COMPUTE[job.recipe] or "").removeprefix("torch.") or job.settings.get("dtype")
+    compute = DTYPES[job.resolve_dtype(asked or "float32", job.device.kind)]
     compute_in(model, compute)
     metrics = job.evaluate(model, tokenizer, "paper")
     fp32_bytes = prepared_bytes(job.model_dir)

@@ -10,7 +10,7 @@ import pandas as pd
 from accelstudy import accounting
 from accelstudy.files import atomic_open
 from accelstudy.points import bits_label
-from accelstudy.report import diffusion, figures, finetune, recommend, tables, timing
+from accelstudy.report import diffusion, figures, finetune, recommend, tables, timing, utilization
 from accelstudy.report.tables import NOTES
 
 PUBLISHED = "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
@@ -116,6 +116,19 @@ def _diffusion(records: pd.DataFrame, folder: Path) -> list[Section]:
     ]
 
 
+def _utilization(records: pd.DataFrame, out: Path) -> list[Section]:
+    """Fraction of peak per stage and per job (tables/utilization.csv)."""
+    jobs = utilization.per_job(records)
+    write_csv(jobs, out / "utilization.csv")
+    if jobs.empty:
+        return []
+    stages = utilization.per_stage(records)
+    return [
+        Section("Fraction of peak (MFU), per stage", NOTES["utilization"], stages),
+        Section("Fraction of peak (MFU), per job", "", jobs),
+    ]
+
+
 def _timing(record_paths: Sequence[str | Path], results_dir: Path) -> list[Section]:
     """Where the time went, per rule and per job (tables/time_rules.csv, time_jobs.csv), in a
     study Snakemake ran (its jobs' benchmark files are there)."""
@@ -189,6 +202,7 @@ def build_report(
         *_finetune(records, results_dir),
         *_diffusion(records, results_dir),
         *_where(records),
+        *_utilization(records, out),
         *_timing(record_paths, results_dir),
     ]
     commits = ", ".join(sorted(records["git_commit"].unique()))

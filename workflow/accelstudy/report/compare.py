@@ -28,9 +28,9 @@ EVALUATION = ["stage", "model", "task", "protocol", "method", "recipe"]
 POINT = [*EVALUATION, "strategy", "attention", "cards", "devices"]
 # per stage, the numbers a ratio compares (the record's primary metric is added)
 PER_TOKEN = ["j_per_token", "cost_per_mtok"]  # energy and charge for the same work
-SPEEDS = {stage: ["tokens_per_s", *PER_TOKEN] for stage in STAGES[:2]}
-SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s", *PER_TOKEN]
-SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s", "j_per_image"]
+SPEEDS = {stage: ["tokens_per_s", "mfu", *PER_TOKEN] for stage in STAGES[:2]}
+SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s", "mfu", *PER_TOKEN]
+SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s", "mfu", "j_per_image"]
 SPEEDS["diffusion"] += ["cost_per_kimage"]
 ROWS = ["model", "data", "task", "metric"]  # Table 1's rows
 RATIOS = ["part", "quantity", "system", "reference", "ratio", "verdict", "ci95_low", "ci95_high"]

@@ -18,7 +18,8 @@ PANEL = {"lr": "low-res input", "sr": "SR3 output", "bicubic": "bicubic", "hr": 
 POINT = {k: k for k in [*KEYS, "status", "repeats", "data"]}
 TIME = {"minutes": "training minutes", "images_processed": "images trained"}
 SPEED = {"images_per_s": "images/s", "speedup": "speed-up", "efficiency": "scaling efficiency"}
-COMPUTE = {"gflop": "GFLOP per image", "gflops": "achieved GFLOP/s", "parameters": "parameters"}
+COMPUTE = {"gflop": "GFLOP per image", "gflops": "achieved GFLOP/s", "mfu": "MFU"}
+COMPUTE["parameters"] = "parameters"
 SR = {"psnr_sr": "PSNR SR (dB)", "ssim_sr": "SSIM SR"}
 BICUBIC = {"psnr_bicubic": "PSNR bicubic (dB)", "ssim_bicubic": "SSIM bicubic"}
 TRAINING = {"final_loss": "final loss", "peak": "peak MiB (max rank)"}
@@ -60,7 +61,7 @@ def diffusion_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=list(COLUMNS.values()))
     ok = runs[runs["status"] == "ok"].assign(peak=runs["peak_memory_mib"])
-    medians = ok.groupby(KEYS)[["minutes", *METRICS]].median()
+    medians = ok.groupby(KEYS)[["minutes", "mfu", *METRICS]].median()
     points = runs.groupby(KEYS).agg(
         status=("status", joined), repeats=("status", "size"), data=("data", joined)
     )

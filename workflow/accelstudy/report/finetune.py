@@ -24,7 +24,7 @@ WORK = 1000  # samples: the fixed amount of work whose time Fig. 2a shows
 FIGURES = ("finetune_scaling.png", "finetune_strategies.png")
 # the table's columns, in groups: the point, its speed, what training gave, peak, model states
 POINT = {k: k for k in [*KEYS, "status", "repeats"]}
-SPEED = {"tps": "tokens/s", "spread": "tokens/s min-max", "sps": "samples/s"}
+SPEED = {"tps": "tokens/s", "spread": "tokens/s min-max", "sps": "samples/s", "mfu": "MFU"}
 RESULT = {"speedup": "speed-up", "efficiency": "scaling efficiency", "loss": "final loss"}
 PEAK = {"peak": "peak GiB (max rank)", "predicted": "predicted GiB", "ratio": "peak / predicted"}
 STATES = {"planned": "model states MiB (planner)", "states": "model states MiB (rank 0)"}
@@ -54,8 +54,8 @@ def finetune_points(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per point: medians of the ok repeats, speed-up, planned vs measured memory."""
     ok = runs[runs["status"] == "ok"].groupby(KEYS)
     tokens = ok["tokens_per_s"].agg(tps="median", low="min", high="max")
-    medians = ok[["metric_samples_per_s", "metric_final_loss", "model_states_rank0"]].median()
-    medians = medians.set_axis(["sps", "loss", "states"], axis=1)
+    medians = ok[["metric_samples_per_s", "metric_final_loss", "model_states_rank0", "mfu"]]
+    medians = medians.median().set_axis(["sps", "loss", "states", "mfu"], axis=1)
     peak = ok["metric_peak_memory_bytes"].max().rename("peak")
     points = runs.groupby(KEYS, sort=False).agg(
         status=("status", joined),

@@ -65,6 +65,7 @@ def flatten(record: dict) -> dict:
         "wall_time_s": metrics["wall_time_s"],
         "losses": metrics.get("losses") if record["stage"] == "finetune" else None,
         **energy_and_cost(record),
+        **utilization(record),
         "slurm_job": provenance.get("scheduler", {}).get("job_id", ""),
         "finished_at": provenance.get("finished_at", ""),
         **{key: provenance[key] for key in ("git_commit", "config_hash")},
@@ -90,6 +91,18 @@ def energy_and_cost(record: dict) -> dict:
     row["cost_per_mtok"] = hourly / 3600 / metrics.get("tokens_per_s", NAN) * 1e6
     row["cost_per_kimage"] = hourly / 3600 / metrics.get("images_per_s", NAN) * 1e3
     return row
+
+
+def utilization(record: dict) -> dict:
+    """The dtype that computed, achieved model TFLOP/s, the fraction of peak and its source."""
+    use = record.get("utilization") or {}
+    row = {
+        "compute_dtype": use.get("dtype") or "",
+        "peak_source": use.get("source", "not recorded"),
+    }
+    row["achieved_tflops"] = (use.get("achieved_flops_per_s") or NAN) / 1e12
+    row["peak_tflops"] = (use.get("flops_per_s") or NAN) / 1e12
+    return row | {"mfu": NAN if use.get("mfu") is None else use["mfu"]}
 
 
 def with_scheduler_figures(records: pd.DataFrame, accounted: dict[str, dict]) -> pd.DataFrame:

@@ -1,0 +1,69 @@
+"""Model FLOPs of a decoder, counted from its config: the work a point did, whatever ran it.
+
+Conventions (those of PaLM's MFU, Chowdhery et al. 2022, appendix B, and torch's
+FlopCounterMode): a multiply-add is 2 FLOPs; only matmuls count (norms, softmax, activations
+are noise at these shapes); attention is counted with its causal half, 2*s^2*heads*head_dim per
+layer and sequence (FlopCounterMode counts the full s^2, masked half included); a backward pass
+is twice its forward for what needs weight gradients, once (input gradients only) for frozen
+weights, and attention recomputation (a fused kernel's, or activation checkpointing) is not
+model work. Frozen layers below the lowest trainable weight need no input gradient either;
+the formula counts them anyway (at most one layer's frozen linears in a LoRA run: under 1/L).
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _shape(config: Mapping[str, Any]) -> tuple[int, int, int, int, int, int, int]:
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    inter, layers = config["intermediate_size"], config["num_hidden_layers"]
+    return hidden, heads, kv_heads, head_dim, inter, layers, config["vocab_size"]
+
+
+def linear_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """A decoder layer's linears as (in, out), Llama's names."""
+    hidden, heads, kv_heads, head_dim, inter, _, _ = _shape(config)
+    attention = {"q_proj": heads * head_dim, "k_proj": kv_heads * head_dim}
+    attention |= {"v_proj": kv_heads * head_dim}
+    shapes = {name: (hidden, out) for name, out in attention.items()}
+    shapes["o_proj"] = (heads * head_dim, hidden)
+    shapes |= {"gate_proj": (hidden, inter), "up_proj": (hidden, inter)}
+    return shapes | {"down_proj": (inter, hidden)}
+
+
+def linear_forward(config: Mapping[str, Any]) -> int:
+    """Forward FLOPs per token of every linear: the decoder layers' and the LM head."""
+    hidden, *_, layers, vocab = _shape(config)
+    per_layer = sum(i * o for i, o in linear_shapes(config).values())
+    return 2 * (layers * per_layer + hidden * vocab)
+
+
+def attention_forward(config: Mapping[str, Any], squared_lengths: int) -> int:
+    """Forward attention FLOPs, causal half, over sequences whose squared lengths sum to this."""
+    _, heads, _, head_dim, _, layers, _ = _shape(config)
+    return 2 * layers * heads * head_dim * squared_lengths
+
+
+def lora_forward(config: Mapping[str, Any], rank: int, targets: tuple[str, ...]) -> int:
+    """Forward FLOPs per token of the LoRA adapters (A: in -> r, B: r -> out) on `targets`."""
+    shapes, layers = linear_shapes(config), _shape(config)[5]
+    return 2 * layers * sum(rank * sum(shapes[name]) for name in targets if name in shapes)
+
+
+def forward_per_token(config: Mapping[str, Any], seq_len: int) -> float:
+    """Forward FLOPs per token of sequences of `seq_len` tokens."""
+    return linear_forward(config) + attention_forward(config, seq_len * seq_len) / seq_len
+
+
+def training_per_token(
+    config: Mapping[str, Any], seq_len: int, lora_rank: int = 0, targets: tuple[str, ...] = ()
+) -> float:
+    """Forward and backward FLOPs per token: LoRA (frozen base: input gradients only, adapters
+    trained) where `lora_rank`, else every weight trained."""
+    attention = 3 * attention_forward(config, seq_len * seq_len) / seq_len
+    if not lora_rank:
+        return 3 * linear_forward(config) + attention
+    adapters = lora_forward(config, lora_rank, targets)
+    return 2 * linear_forward(config) + 3 * adapters + attention

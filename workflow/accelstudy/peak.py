@@ -1,0 +1,155 @@
+"""The machine's limit: a card's dense peak FLOP/s from its system file (the vendor's datasheet,
+with its address), or a CPU's measured by a GEMM probe; and the dtype `auto` computes in.
+
+A CPU's probe runs when nothing else does (the Makefile's set-up, `accelstudy probe`) and is
+cached by CPU model, flags, threads, torch version and the variables that steer torch's kernel
+choice; a job that finds no entry probes itself, and says so (it may share the cores)."""
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from accelstudy.files import write_json
+
+log = logging.getLogger("accelstudy")
+PROBED = ("float32", "bfloat16")
+DISPATCH = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+SHOWN_FLAGS = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}
+
+
+def cpu_model_and_flags() -> tuple[str, list[str]]:
+    """/proc/cpuinfo's model name and flags (the first processor's)."""
+    info = Path("/proc/cpuinfo")
+    fields = dict(
+        line.split(":", 1)
+        for line in (info.read_text() if info.is_file() else "").splitlines()
+        if ":" in line
+    )
+    model = {k.strip(): v.strip() for k, v in fields.items()}
+    return model.get("model name", ""), sorted(model.get("flags", "").split())
+
+
+def cache_file() -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "accelstudy" / "cpu-peak.json"
+
+
+def probe_key(threads: int) -> str:
+    import torch
+
+    model, flags = cpu_model_and_flags()
+    dispatch = {name: os.environ.get(name, "") for name in DISPATCH}
+    what = json.dumps([model, flags, threads, torch.__version__, dispatch], sort_keys=True)
+    return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+
+def gemm_rate(dtype_name: str, budget_s: float = 0.15) -> float:
+    """Best FLOP/s of square GEMMs in `dtype_name`, growing the size while a call stays short
+    (an emulated bfloat16 runs at 1/100 of float32: a large one would take seconds)."""
+    import torch
+
+    dtype, best = getattr(torch, dtype_name), 0.0
+    for size in (256, 512, 1024):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        torch.mm(a, b)  # the first call picks and packs the kernel
+        calls, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < budget_s or calls < 2:
+            torch.mm(a, b)
+            calls += 1
+        best = max(best, 2 * size**3 * calls / elapsed)
+        if elapsed / calls > 0.05:
+            break
+    return best
+
+
+def probe(threads: int) -> dict[str, Any]:
+    """Measure this CPU's GEMM rate per dtype on `threads` threads; cache it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rates = {name: gemm_rate(name) for name in PROBED}
+    finally:
+        torch.set_num_threads(before)
+    entry = {"threads": threads, "flops_per_s": rates, "torch": torch.__version__}
+    entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    path = cache_file()
+    cached = json.loads(path.read_text()) if path.is_file() else {}
+    write_json(path, {**cached, probe_key(threads): entry})
+    return entry
+
+
+def cpu_rates(threads: int, *, probe_if_missing: bool = True) -> dict[str, Any] | None:
+    """The cached probe for this CPU at `threads`, else a fresh one (labelled in-job)."""
+    path = cache_file()
+    cached = json.loads(path.read_text()) if path.is_file() else {}
+    if (entry := cached.get(probe_key(threads))) is not None:
+        return entry
+    if not probe_if_missing:
+        return None
+    log.info("no GEMM probe cached for %d thread(s): probing inside this job", threads)
+    return {**probe(threads), "in_job": True}
+
+
+def card_peak(system: Any, dtype: str) -> tuple[float | None, str]:
+    """A card's dense peak FLOP/s in `dtype` from its system file, and where it comes from."""
+    stated = system.peak_flops or {}
+    if stated.get(dtype) is None:
+        why = stated.get("note") or "no figure for it in the system file"
+        return None, f"unknown: {system.label} {dtype}: {why}"
+    return float(stated[dtype]), f"datasheet: {stated['doc']}"
+
+
+def peak(system: Any, device_kind: str, dtype: str, ranks: int, threads: int) -> dict[str, Any]:
+    """The limit of what a job held: `ranks` cards (or CPU processes of `threads` threads)."""
+    if device_kind == "cpu" and system.peak_flops in (None, "measured"):
+        entry = cpu_rates(threads)
+        per_card = (entry or {}).get("flops_per_s", {}).get(dtype)
+        where = "inside the job" if (entry or {}).get("in_job") else "at set-up"
+        source = f"measured: {threads}-thread {dtype} GEMM probe {where}"
+    else:
+        per_card, source = card_peak(system, dtype)
+    if per_card is None:
+        return {"status": "unknown", "source": source, "ranks": ranks}
+    return {
+        "status": "ok",
+        "flops_per_s": per_card * ranks,
+        "per_card_flops_per_s": per_card,
+        "ranks": ranks,
+        "source": source,
+    }
+
+
+def utilization(peak_block: dict[str, Any], achieved: float | None) -> dict[str, Any]:
+    """Achieved FLOP/s over the measured window beside the limit: the fraction of peak (MFU)."""
+    block = {**peak_block, "achieved_flops_per_s": achieved}
+    if achieved is None:
+        return {**block, "status": "unknown", "mfu": None}
+    flops = peak_block.get("flops_per_s")
+    return {**block, "mfu": achieved / flops if flops else None}
+
+
+def resolve_dtype(asked: str, system: Any, device_kind: str, threads: int) -> tuple[str, str]:
+    """The dtype a job computes in, and why: `auto` takes bfloat16 on a card that offers it and
+    on a CPU whose probe runs bfloat16 GEMMs at least as fast as float32, else float32."""
+    offered = set(system.dtypes)
+    if asked == "auto" and device_kind != "cpu":
+        chosen = "bfloat16" if "bfloat16" in offered else "float32"
+        return chosen, f"auto: {system.label} offers {sorted(offered)}"
+    if asked not in ("auto", "bfloat16") or device_kind != "cpu":
+        return asked, "asked"
+    rates = (cpu_rates(threads) or {}).get("flops_per_s", {})
+    bf16, fp32 = rates.get("bfloat16", 0.0), rates.get("float32", 0.0)
+    shown = f"bfloat16 GEMM {bf16 / 1e9:.1f} vs float32 {fp32 / 1e9:.1f} GFLOP/s on this CPU"
+    if asked == "bfloat16":
+        if bf16 < fp32:
+            log.warning("bfloat16 as asked, though this CPU emulates it: %s", shown)
+        return asked, "asked"
+    if (bf16 >= fp32 and "bfloat16" in offered) or "float32" not in offered:
+        return "bfloat16", f"auto: {shown}"
+    return "float32", f"auto: {shown}"

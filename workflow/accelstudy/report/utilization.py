@@ -1,0 +1,33 @@
+"""How close each job came to the machine's limit: model FLOP/s (accelstudy.flops) over its
+measured window against the peak of what it held (accelstudy.peak), per job and per stage."""
+
+import pandas as pd
+
+JOB = ["stage", "system", "model", "task", "method", "protocol", "strategy", "attention"]
+JOB += ["cards", "devices", "compute_dtype"]
+SHOWN = {"achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s", "mfu": "MFU"}
+
+
+def per_job(records: pd.DataFrame) -> pd.DataFrame:
+    """A row per record that ran: what it was, achieved and peak TFLOP/s, MFU, the peak's source."""
+    ran = records[records["stage"] != "sensitivity"].dropna(subset=["achieved_tflops"])
+    columns = [c for c in JOB if c in ran and ran[c].notna().any()]
+    table = ran[[*columns, *SHOWN, "peak_source"]].rename(columns=SHOWN)
+    return table.rename(columns={"peak_source": "peak source"}).reset_index(drop=True)
+
+
+def per_stage(records: pd.DataFrame) -> pd.DataFrame:
+    """Per stage and system: jobs, the median and range of MFU, achieved TFLOP/s, the sources."""
+    jobs = per_job(records)
+    if jobs.empty:
+        return jobs
+    stages = jobs.groupby(["stage", "system", "compute_dtype"], sort=False)
+    table = stages.agg(
+        jobs=("MFU", "size"),
+        mfu_median=("MFU", "median"),
+        mfu_min=("MFU", "min"),
+        mfu_max=("MFU", "max"),
+        achieved_tflops=("achieved TFLOP/s", "median"),
+        source=("peak source", lambda s: "; ".join(dict.fromkeys(s))),
+    )
+    return table.reset_index()
