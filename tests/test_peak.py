@@ -8,12 +8,11 @@ import sys
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
-
 from accelstudy import flops, peak
 from accelstudy.errors import ConfigError
 from accelstudy.paths import PROJECT_ROOT
 from accelstudy.systems import check_peak, load_system
+from torch.utils.flop_counter import FlopCounterMode
 
 aten = torch.ops.aten
 LINEAR_OPS = (aten.mm, aten.addmm)

@@ -445,6 +445,7 @@ def test_finetune_table_speed_up_efficiency_and_memory(finetune_points):
         "tokens/s",
         "tokens/s min-max",
         "samples/s",
+        "MFU",
         "speed-up",
         "scaling efficiency",
         "final loss",

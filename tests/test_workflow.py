@@ -75,6 +75,31 @@ def test_records_carry_energy_and_cost(study):
         assert 0 < cost["hours"] * 3600 <= record["provenance"]["wall_time_s"] + 1
 
 
+def test_records_carry_their_fraction_of_peak(study):
+    """Every record that ran: its dtype and why, model FLOP/s over its measured window against
+    the CPU's own probe (labelled measured), so MFU in (0, 1]; the report shows it per stage,
+    per job, beside Fig. 2's throughput and in the SR3 table."""
+    records = [json.loads(p.read_text()) for p in (study / "results/tiny").rglob("*.json")]
+    records = [r for r in records if "provenance" in r and "stage" in r]
+    for record in records:
+        use, rate = record["utilization"], record["metrics"]
+        assert use["status"] == "ok" and use["source"].startswith("measured: "), use
+        assert 0 < use["mfu"] <= 1 and use["dtype"] in ("float32", "bfloat16")
+        unit = "image" if record["stage"] == "diffusion" else "token"
+        achieved = rate[f"{unit}s_per_s"] * rate[f"flops_per_{unit}"]
+        assert use["achieved_flops_per_s"] == pytest.approx(achieved)
+        assert use["flops_per_s"] == pytest.approx(use["achieved_flops_per_s"] / use["mfu"])
+        assert record["provenance"]["hardware"]["cpu_gemm_probe"]["flops_per_s"]
+    finetune = next(r for r in records if r["stage"] == "finetune")
+    assert finetune["parameters"]["dtype"] == "auto"  # as asked; what ran, and why:
+    assert finetune["utilization"]["dtype_reason"].startswith("auto: bfloat16 GEMM ")
+    report = (study / "results/tiny/report/report.md").read_text()
+    assert "## Fraction of peak (MFU), per stage" in report and "| MFU |" in report
+    table = pd.read_csv(study / "results/tiny/tables/utilization.csv")
+    assert set(table["stage"]) == {"baseline", "quantized", "finetune", "diffusion"}
+    assert "MFU" in pd.read_csv(study / "results/tiny/tables/finetune.csv")
+
+
 def test_what_to_run_where_names_the_measured_choices(study):
     """The report names, for the tiny model on `cpu`, its fastest and cheapest fitting point
     from the measurements; least energy is blank (no counter here) unless RAPL is readable."""
