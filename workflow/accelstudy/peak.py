@@ -2,7 +2,7 @@
 with its address), or a CPU's measured by a GEMM probe; and the dtype `auto` computes in.
 
 A CPU's probe runs when nothing else does (the Makefile's set-up, `accelstudy probe`) and is
-cached by CPU model, flags, threads, torch version and the variables that steer torch's kernel
+cached by CPU model, flags, threads, the CPUs usable, torch version and the variables steering its kernel
 choice; a job that finds no entry probes itself, and says so (it may share the cores)."""
 
 import hashlib
@@ -44,7 +44,9 @@ def probe_key(threads: int) -> str:
 
     model, flags = cpu_model_and_flags()
     dispatch = {name: os.environ.get(name, "") for name in DISPATCH}
-    what = json.dumps([model, flags, threads, torch.__version__, dispatch], sort_keys=True)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    what = [model, flags, threads, usable, torch.__version__, dispatch]
+    what = json.dumps(what, sort_keys=True)
     return hashlib.sha256(what.encode()).hexdigest()[:16]
 
 
