@@ -2,8 +2,9 @@
 with its address), or a CPU's measured by a GEMM probe; and the dtype `auto` computes in.
 
 A CPU's probe runs when nothing else does (the Makefile's set-up, `accelstudy probe`) and is
-cached by CPU model, flags, threads, the CPUs usable, torch version and the variables steering its kernel
-choice; a job that finds no entry probes itself, and says so (it may share the cores)."""
+cached by CPU model, flags, threads, the CPUs usable, torch version and the variables that
+steer torch's kernel choice; a job that finds no entry probes itself, and says so (it may share
+the cores)."""
 
 import hashlib
 import json
