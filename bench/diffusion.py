@@ -1,10 +1,10 @@
 """SR3 training speed at 1 and 2 processes, measured in one run, and the achieved FLOP/s
-against this machine's measured matmul rate.
+against this machine's measured GEMM rate.
 
 Both points train the default study's small SR3 (16 -> 64 on a stand-in dust sky) through
 the launcher the pipeline uses. Ratios: images/s at 2 processes against 1 (strong-scaling
 speed-up); achieved FLOP/s (FLOPs per image counted by torch x images/s) against the FP32
-rate of a 2048 x 2048 matmul on all of this run's threads, measured just before.
+GEMM probe's rate (accelstudy.peak) on all of this run's threads, measured just before.
 """
 
 from __future__ import annotations
@@ -13,23 +13,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).parent))
 
 from accelstudy.data.dust import prepare_dust
 from accelstudy.diffusion.job import WORKER
 from accelstudy.launch import PointJob
 from accelstudy.paths import PROJECT_ROOT
+from accelstudy.peak import probe
 from accelstudy.points import DiffusionPoint
 from accelstudy.study import load_study
-from common import best_of, parse_args, set_threads
-
-
-def matmul_flops_per_s(threads: int, n: int = 2048) -> float:
-    set_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    return 2 * n**3 / best_of(lambda: a @ b, repeats=5)
+from common import parse_args
 
 
 def point(sweep: dict, devices: int, iterations: int) -> DiffusionPoint:
@@ -43,7 +36,7 @@ def main() -> int:
     args = parse_args(__doc__)
     sweep = load_study(PROJECT_ROOT / "config" / "config.yaml")["diffusion"]
     iterations = 8 if args.tiny else 24
-    peak = matmul_flops_per_s(args.threads)
+    peak = probe(args.threads)["flops_per_s"]["float32"]  # the study's limit, measured now
     rates = {}
     with tempfile.TemporaryDirectory(prefix="bench-diffusion-") as scratch:
         folder = Path(scratch)
@@ -57,12 +50,12 @@ def main() -> int:
                 devices, WORKER, cli
             )
             rates[devices] = result["metrics"]
-    print(f"matmul FP32 ({args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
+    print(f"FP32 GEMM probe ({args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
     for devices, m in rates.items():
         flops = m["achieved_flops_per_s"]
         print(
             f"{devices} process(es): {m['images_per_s']:.2f} images/s, "
-            f"{flops / 1e9:.1f} GFLOP/s = {flops / peak:.2f} x matmul"
+            f"{flops / 1e9:.1f} GFLOP/s = MFU {flops / peak:.2f}"
         )
     print(f"speed-up 2 vs 1 process: {rates[2]['images_per_s'] / rates[1]['images_per_s']:.2f}")
     return 0

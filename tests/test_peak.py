@@ -116,12 +116,12 @@ def test_the_cpu_probe_is_cached_by_cpu_threads_and_kernel_choice(tmp_path, monk
     calls = []
     monkeypatch.setattr(peak, "gemm_rate", lambda name: calls.append(name) or EMULATED[name])
     first = peak.cpu_rates(1)
-    assert first["in_job"] and first["flops_per_s"] == EMULATED and len(calls) == 2
+    assert first["where"] == "inside a job" and first["flops_per_s"] == EMULATED and len(calls) == 2
     assert peak.cpu_rates(1)["flops_per_s"] == EMULATED and len(calls) == 2  # cached
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # another kernel choice: another entry
     assert peak.cpu_rates(1, probe_if_missing=False) is None
     limit = peak.peak(load_system("cpu"), "cpu", "float32", ranks=2, threads=1)
-    assert limit["flops_per_s"] == 2 * EMULATED["float32"] and "inside the job" in limit["source"]
+    assert limit["flops_per_s"] == 2 * EMULATED["float32"] and "inside a job" in limit["source"]
 
 
 def test_the_real_probe_measures_both_dtypes(tmp_path, monkeypatch):

@@ -89,12 +89,17 @@ def test_records_carry_their_fraction_of_peak(study):
         achieved = rate[f"{unit}s_per_s"] * rate[f"flops_per_{unit}"]
         assert use["achieved_flops_per_s"] == pytest.approx(achieved)
         assert use["flops_per_s"] == pytest.approx(use["achieved_flops_per_s"] / use["mfu"])
-        assert record["provenance"]["hardware"]["cpu_gemm_probe"]["flops_per_s"]
+        threads = use["source"].split("-thread")[0].removeprefix("measured: ")
+        probed = record["provenance"]["hardware"]["cpu_gemm_probe"][threads][use["dtype"]]
+        assert use["per_card_flops_per_s"] == probed
     finetune = next(r for r in records if r["stage"] == "finetune")
     assert finetune["parameters"]["dtype"] == "auto"  # as asked; what ran, and why:
     assert finetune["utilization"]["dtype_reason"].startswith("auto: bfloat16 GEMM ")
     report = (study / "results/tiny/report/report.md").read_text()
-    assert "## Fraction of peak (MFU), per stage" in report and "| MFU |" in report
+    assert (
+        "## Fraction of peak (MFU), per stage" in report
+        and "## Fraction of peak (MFU), per job" in report
+    )
     table = pd.read_csv(study / "results/tiny/tables/utilization.csv")
     assert set(table["stage"]) == {"baseline", "quantized", "finetune", "diffusion"}
     assert "MFU" in pd.read_csv(study / "results/tiny/tables/finetune.csv")

@@ -71,8 +71,8 @@ def gemm_rate(dtype_name: str, budget_s: float = 0.15) -> float:
     return best
 
 
-def probe(threads: int) -> dict[str, Any]:
-    """Measure this CPU's GEMM rate per dtype on `threads` threads; cache it."""
+def probe(threads: int, where: str = "at set-up") -> dict[str, Any]:
+    """Measure this CPU's GEMM rate per dtype on `threads` threads; cache it, and where."""
     import torch
 
     before = torch.get_num_threads()
@@ -81,7 +81,7 @@ def probe(threads: int) -> dict[str, Any]:
         rates = {name: gemm_rate(name) for name in PROBED}
     finally:
         torch.set_num_threads(before)
-    entry = {"threads": threads, "flops_per_s": rates, "torch": torch.__version__}
+    entry = {"threads": threads, "flops_per_s": rates, "torch": torch.__version__, "where": where}
     entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     path = cache_file()
     cached = json.loads(path.read_text()) if path.is_file() else {}
@@ -98,7 +98,7 @@ def cpu_rates(threads: int, *, probe_if_missing: bool = True) -> dict[str, Any] 
     if not probe_if_missing:
         return None
     log.info("no GEMM probe cached for %d thread(s): probing inside this job", threads)
-    return {**probe(threads), "in_job": True}
+    return probe(threads, "inside a job")
 
 
 def card_peak(system: Any, dtype: str) -> tuple[float | None, str]:
@@ -115,7 +115,7 @@ def peak(system: Any, device_kind: str, dtype: str, ranks: int, threads: int) ->
     if device_kind == "cpu" and system.peak_flops in (None, "measured"):
         entry = cpu_rates(threads)
         per_card = (entry or {}).get("flops_per_s", {}).get(dtype)
-        where = "inside the job" if (entry or {}).get("in_job") else "at set-up"
+        where = (entry or {}).get("where", "at set-up")
         source = f"measured: {threads}-thread {dtype} GEMM probe {where}"
     else:
         per_card, source = card_peak(system, dtype)
