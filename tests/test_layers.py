@@ -25,6 +25,8 @@ LAYERS = {  # from the ground up; a package name stands for its modules
         "energy",
         "cost",
         "accounting",
+        "flops",
+        "peak",
     ],
     2: ["tasks", "points"],
     3: ["config", "records"],
