@@ -119,7 +119,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("sparsity", {"type": float, "required": True}),
          ("chunks", {"type": int, "required": True}), ("chunk", {"type": int, "required": True}),
          ("prefix-reuse", {"type": _json, "default": True}), ("device", {"choices": None}), "out"]),
-    "gather-sensitivity": ("chunks -> one sensitivity table", "ptq.sensitivity:gather_sensitivity",
+    "gather-sensitivity": ("chunks -> one sensitivity table", "ptq.clustering:gather_sensitivity",
         [("chunks", {"type": Path, "nargs": "+", "required": True}), "out"]),
     "cluster": ("sensitivity table -> layer-to-bits map", "ptq.clustering:cluster",
         ["table", "bits", ("method", {"default": "percentile"}), ("remainder", {"default": "last"}),

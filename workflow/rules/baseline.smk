@@ -11,7 +11,7 @@ rule baseline:
         f"{RESULTS}/benchmarks/baseline/{{model}}/{{task}}/{{protocol}}.tsv"
     conda:
         CONDA_ENV
-    threads: 2
+    threads: 1
     resources:
         **STUDY.resources(minutes=120),
     params:

@@ -1,5 +1,7 @@
 # Part 1: sensitivity-aware mixed-precision PTQ. Scatter: one sensitivity job per chunk of
 # layers; one clustering job per bit list; one quantized evaluation per (bit list, recipe).
+# Evaluation jobs take one core each locally (site profiles set their threads): two at once
+# overlap their single-threaded start-up; the scan, on the longest chain, starts first.
 rule sensitivity:
     input:
         model=f"{RESULTS}/models/{{model}}",
@@ -12,7 +14,8 @@ rule sensitivity:
         f"{RESULTS}/benchmarks/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.tsv"
     conda:
         CONDA_ENV
-    threads: 2
+    threads: 1
+    priority: 1
     resources:
         **STUDY.resources(minutes=120),
     params:
@@ -82,7 +85,7 @@ rule quantize:
         f"{RESULTS}/benchmarks/quantize/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.tsv"
     conda:
         CONDA_ENV
-    threads: 2
+    threads: 1
     resources:
         **STUDY.resources(minutes=120),
     params:

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from accelstudy.files import write_json
+from accelstudy.files import atomic_open, write_json
 from accelstudy.ptq import SCAN_KEYS, SensitivityTableError
 from accelstudy.snapshots import weights_dir
 
@@ -81,3 +81,20 @@ def cluster(
         payload["layer_bits"] = {str(k): v for k, v in sorted(layer_bits.items())}
     write_json(out, payload)
     return assignment
+
+
+def gather_sensitivity(chunks: list[Path], out: Path) -> pd.DataFrame:
+    """The `gather-sensitivity` stage: chunks -> one table with SCAN_KEYS, checked complete."""
+    parts = [json.loads(Path(p).read_text()) for p in chunks]
+    first = parts[0]
+    frame = pd.DataFrame([s for part in parts for s in part["scores"]])
+    scanned = {key: first.get(key) for key in SCAN_KEYS}
+    frame = frame.assign(base=first["base"], metric_kind=first["metric"], **scanned)
+    frame.insert(0, "task", first["task"])
+    if len(frame) != first["n_targets"] or frame["name"].duplicated().any():
+        raise SensitivityTableError(
+            f"sensitivity chunks hold {len(frame)} targets, expected {first['n_targets']}"
+        )
+    with atomic_open(out) as handle:
+        frame.sort_values("name").to_csv(handle, index=False)
+    return frame

@@ -2,7 +2,6 @@
 pruning layer l cannot change layers 0..l-1, so one unpruned pass keeps the hidden states entering
 each layer to prune, and layer l reruns only layers l..L-1, the final norm and the LM head."""
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -10,7 +9,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,9 +21,9 @@ from accelstudy.evaluate.multiple_choice import decide, tokenize_request
 from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
 from accelstudy.evaluate.scoring import Score, pad_right
-from accelstudy.files import atomic_open, write_json
+from accelstudy.files import write_json
 from accelstudy.models import load_prepared
-from accelstudy.ptq import SCAN_KEYS, SensitivityTableError
+from accelstudy.ptq import SCAN_KEYS
 from accelstudy.ptq.prune import decoder_layers, pruned, targets
 from accelstudy.tasks import TASKS
 
@@ -197,20 +195,3 @@ def sensitivity_chunk(
     payload |= {"device": device.kind, "scores": [s.__dict__ for s in scores], **timing}
     write_json(out, payload)
     return payload
-
-
-def gather_sensitivity(chunks: list[Path], out: Path) -> pd.DataFrame:
-    """The `gather-sensitivity` stage: chunks -> one table with SCAN_KEYS, checked complete."""
-    parts = [json.loads(Path(p).read_text()) for p in chunks]
-    first = parts[0]
-    frame = pd.DataFrame([s for part in parts for s in part["scores"]])
-    scanned = {key: first.get(key) for key in SCAN_KEYS}
-    frame = frame.assign(base=first["base"], metric_kind=first["metric"], **scanned)
-    frame.insert(0, "task", first["task"])
-    if len(frame) != first["n_targets"] or frame["name"].duplicated().any():
-        raise SensitivityTableError(
-            f"sensitivity chunks hold {len(frame)} targets, expected {first['n_targets']}"
-        )
-    with atomic_open(out) as handle:
-        frame.sort_values("name").to_csv(handle, index=False)
-    return frame
