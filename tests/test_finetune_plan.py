@@ -127,6 +127,9 @@ def test_plan_lists_the_papers_held_out_points(capsys):
     assert cli.main(["plan", "--configfile", str(config), "--system", "perlmutter"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("perlmutter: 34 of 90 points fit")
+    # each point's dtype (auto resolved as a job would), peak and the peak's source
+    assert "dtype  peak_tflops peak_source" in printed and " 2496.0   datasheet " in printed
+    assert "peak per card in bfloat16: 312 TFLOP/s, datasheet: https://www.nvidia.com/" in printed
     rows = {tuple(line.split()[:4]): line.split(maxsplit=11)[-1] for line in printed.splitlines()}
     seventy = ("llama-3.3-70b-instruct",)
     assert rows[(*seventy, "ddp", "fused", "2")] == "card and host"

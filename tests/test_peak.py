@@ -3,14 +3,12 @@ FlopCounterMode, stated and measured peaks, MFU, and the dtype `auto` resolves t
 
 import copy
 import logging
-import subprocess
-import sys
+import os
 
 import pytest
 import torch
 from accelstudy import flops, peak
 from accelstudy.errors import ConfigError
-from accelstudy.paths import PROJECT_ROOT
 from accelstudy.systems import check_peak, load_system
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -118,7 +116,8 @@ def test_the_cpu_probe_is_cached_by_cpu_threads_and_kernel_choice(tmp_path, monk
     first = peak.cpu_rates(1)
     assert first["where"] == "inside a job" and first["flops_per_s"] == EMULATED and len(calls) == 2
     assert peak.cpu_rates(1)["flops_per_s"] == EMULATED and len(calls) == 2  # cached
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # another kernel choice: another entry
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "")  # another kernel choice: another entry
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41" if isa != "SSE41" else "AVX2")
     assert peak.cpu_rates(1, probe_if_missing=False) is None
     limit = peak.peak(load_system("cpu"), "cpu", "float32", ranks=2, threads=1)
     assert limit["flops_per_s"] == 2 * EMULATED["float32"] and "inside a job" in limit["source"]
@@ -151,16 +150,3 @@ def test_bfloat16_asked_on_a_cpu_that_emulates_it_runs_with_a_warning(monkeypatc
     with caplog.at_level(logging.WARNING, logger="accelstudy"):
         assert peak.resolve_dtype("bfloat16", load_system("cpu"), "cpu", 1)[0] == "bfloat16"
     assert "bfloat16 GEMM 0.6 vs float32 60.0 GFLOP/s" in caplog.text
-
-
-def test_plan_names_each_points_peak_and_its_source():
-    command = [sys.executable, "-m", "accelstudy", "plan", "--configfile", "config/paper.yaml"]
-    shown = subprocess.run(
-        [*command, "--system", "perlmutter", "--every-point"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=PROJECT_ROOT,
-    ).stdout
-    assert "peak_tflops" in shown and "datasheet" in shown
-    assert "peak per card in bfloat16: 312 TFLOP/s, datasheet: https://www.nvidia.com/" in shown
