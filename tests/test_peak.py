@@ -123,6 +123,16 @@ def test_the_cpu_probe_is_cached_by_cpu_threads_and_kernel_choice(tmp_path, monk
     assert limit["flops_per_s"] == 2 * EMULATED["float32"] and "inside a job" in limit["source"]
 
 
+def test_a_corrupt_probe_cache_is_probed_anew(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(peak, "gemm_rate", lambda name: EMULATED[name])
+    peak.cache_file().parent.mkdir(parents=True)
+    peak.cache_file().write_text("{not json")
+    assert peak.cpu_rates(1, probe_if_missing=False) is None
+    assert peak.cpu_rates(1)["flops_per_s"] == EMULATED
+    assert peak.cpu_rates(1, probe_if_missing=False)["where"] == "inside a job"
+
+
 def test_the_real_probe_measures_both_dtypes(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     rates = peak.probe(1)["flops_per_s"]

@@ -40,6 +40,14 @@ def cache_file() -> Path:
     return root / "accelstudy" / "cpu-peak.json"
 
 
+def cached_probes() -> dict[str, Any]:
+    """The cache's entries; an unreadable cache is an empty one (the next probe rewrites it)."""
+    try:
+        return json.loads(cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def probe_key(threads: int) -> str:
     import torch
 
@@ -83,17 +91,13 @@ def probe(threads: int, where: str = "at set-up") -> dict[str, Any]:
         torch.set_num_threads(before)
     entry = {"threads": threads, "flops_per_s": rates, "torch": torch.__version__, "where": where}
     entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path = cache_file()
-    cached = json.loads(path.read_text()) if path.is_file() else {}
-    write_json(path, {**cached, probe_key(threads): entry})
+    write_json(cache_file(), {**cached_probes(), probe_key(threads): entry})
     return entry
 
 
 def cpu_rates(threads: int, *, probe_if_missing: bool = True) -> dict[str, Any] | None:
     """The cached probe for this CPU at `threads`, else a fresh one (labelled in-job)."""
-    path = cache_file()
-    cached = json.loads(path.read_text()) if path.is_file() else {}
-    if (entry := cached.get(probe_key(threads))) is not None:
+    if (entry := cached_probes().get(probe_key(threads))) is not None:
         return entry
     if not probe_if_missing:
         return None
