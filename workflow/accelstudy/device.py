@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from accelstudy.peak import cpu_model_and_flags
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -75,10 +77,7 @@ class Device:
 
 
 def cpu_name() -> str:
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.is_file() else []
-    names = (x.split(":", 1)[1].strip() for x in lines if x.startswith("model name"))
-    return next(names, "") or platform.processor() or platform.machine()
+    return cpu_model_and_flags()[0] or platform.processor() or platform.machine()
 
 
 def resolve(kind: str = "auto") -> Device:
