@@ -6,6 +6,7 @@ cached by CPU model, flags, threads, the CPUs usable, torch version and the vari
 steer torch's kernel choice; a job that finds no entry probes itself, and says so (it may share
 the cores)."""
 
+import functools
 import hashlib
 import json
 import logging
@@ -23,14 +24,12 @@ DISPATCH = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTION
 SHOWN_FLAGS = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}
 
 
+@functools.cache
 def cpu_model_and_flags() -> tuple[str, list[str]]:
-    """/proc/cpuinfo's model name and flags (the first processor's)."""
+    """/proc/cpuinfo's model name and flags (the first processor's; read once per process)."""
     info = Path("/proc/cpuinfo")
-    fields = dict(
-        line.split(":", 1)
-        for line in (info.read_text() if info.is_file() else "").splitlines()
-        if ":" in line
-    )
+    first = (info.read_text() if info.is_file() else "").split("\n\n")[0]
+    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
     model = {k.strip(): v.strip() for k, v in fields.items()}
     return model.get("model name", ""), sorted(model.get("flags", "").split())
 

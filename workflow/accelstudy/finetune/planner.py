@@ -239,14 +239,15 @@ def plan_study(configfile: Path, system: list[str], every_point: bool) -> None:
 
     config = validate_config(yaml.safe_load(Path(configfile).read_text()) or {})
     for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
-        rows = pd.DataFrame(plan_sweep(config, load_system(name)))
+        machine = load_system(name)
+        rows = pd.DataFrame(plan_sweep(config, machine))
         held = rows[rows["held_out_for"] != ""]
         shown = rows if every_point else held
         print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
         if not shown.empty:
             print(shown.drop(columns="system").to_string(index=False, float_format="%.1f"))
         for dtype in rows["dtype"].dropna().unique():
-            limit = peak(load_system(name), load_system(name).device, dtype, 1, 1)
+            limit = peak(machine, machine.device, dtype, 1, 1)
             shown = f"{limit['flops_per_s'] / 1e12:g} TFLOP/s, " if "flops_per_s" in limit else ""
             print(f"  peak per card in {dtype}: {shown}{limit['source']}")
         if "host_offer_gb" in rows and rows["host_offer_gb"].isna().all():
