@@ -1,7 +1,7 @@
 """The tiny study through a real two-node SLURM cluster and the SLURM executor plugin.
 
 tests/slurm/cluster.sh starts munged, slurmctld and a slurmd per node (Debian's packages, as
-plain processes on this machine), one fake GPU per node. The scheduler's own job records
+plain processes on this machine), two fake GPUs per node. The scheduler's own job records
 (`scontrol show job`) are then compared with what profiles/slurm-test promises for each
 rule; the fine-tuning and SR3 points span both nodes.
 """
@@ -114,9 +114,9 @@ def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
         by_rule.setdefault(rule_of(job), []).append(job)
     # only GPU work went to the scheduler; data, clustering and report ran locally
     assert set(by_rule) == SUBMITTED_RULES
-    # 4 baseline evaluations, 2 sensitivity chunks, 2 bit lists x 2 recipes, 2 points
+    # 4 baseline evaluations, 2 sensitivity chunks, 1 bit list x 2 recipes, 2 points
     assert {rule: len(v) for rule, v in by_rule.items()} == {
-        "baseline": 4, "sensitivity": 2, "quantize": 4, "finetune": 1, "diffusion": 1,
+        "baseline": 4, "sensitivity": 2, "quantize": 2, "finetune": 1, "diffusion": 1,
     }  # fmt: skip
     for rule, rule_jobs in by_rule.items():
         want = promised(rule)

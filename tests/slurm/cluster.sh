@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A two-node SLURM cluster for tests on one machine: munged, slurmctld and one slurmd per node
 # (`slurmd -N n1`, `-N n2`, each with its own port, spool, log and pid file) as plain
-# background processes (no systemd, no cgroups), one fake GPU per node, job records in a
+# background processes (no systemd, no cgroups), two fake GPUs per node, job records in a
 # jobcomp text file.
 #
 #   tests/slurm/cluster.sh install        apt-get the Debian packages (root, once)
@@ -69,10 +69,11 @@ start() {
 
     # Fake GPUs: SLURM only needs device files it can stat; character devices like
     # /dev/null pass its check (regular files get the node marked invalid).
-    for i in 1 2; do
+    # Two per node, so four one-GPU jobs run at once as on a real partition (not two).
+    for i in 1 2 3 4; do
         [[ -e $DIR/gpu/fake$i ]] || mknod "$DIR/gpu/fake$i" c 1 3
-        mkdir -p "$DIR/spool/n$i"
     done
+    mkdir -p "$DIR/spool/n1" "$DIR/spool/n2"
 
     # A private munge key and socket, so nothing on the machine is touched.
     [[ -f $DIR/key/munge.key ]] || dd if=/dev/urandom of="$DIR/key/munge.key" bs=1k count=1 2>/dev/null
@@ -84,8 +85,8 @@ start() {
         --seed-file="$DIR/munge/munge.seed"
 
     cat >"$DIR/gres.conf" <<EOF
-NodeName=n1 Name=gpu Type=fake File=$DIR/gpu/fake1
-NodeName=n2 Name=gpu Type=fake File=$DIR/gpu/fake2
+NodeName=n1 Name=gpu Type=fake File=$DIR/gpu/fake[1-2]
+NodeName=n2 Name=gpu Type=fake File=$DIR/gpu/fake[3-4]
 EOF
     cat >"$DIR/slurm.conf" <<EOF
 ClusterName=accelstudy-test
@@ -118,8 +119,8 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2
 MpiDefault=none
 MailProg=/bin/true
-NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:1 Feature=gpu State=UNKNOWN
-NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:1 Feature=gpu State=UNKNOWN
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:2 Feature=gpu State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus RealMemory=$mem_mb Gres=gpu:fake:2 Feature=gpu State=UNKNOWN
 PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=n1,n2 MaxTime=INFINITE State=UP
 EOF
