@@ -45,6 +45,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint --configfile $(CONFIG)
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # measure this CPU's limit again (run it with nothing else running)
 probe: $(STAMP)

@@ -46,9 +46,8 @@ def main() -> int:
             out = folder / f"devices-{devices}.json"
             cli = ["--point", point(sweep, devices, iterations).to_json()]
             cli += ["--data", str(folder / "pairs.npz"), "--samples", str(folder / "panel.npz")]
-            result = PointJob(study="bench", system="cpu", threads=args.threads, out=out).launch(
-                devices, WORKER, cli
-            )
+            job = PointJob.from_flags(study="bench", system="cpu", threads=args.threads, out=out)
+            result = job.launch(devices, WORKER, cli)
             rates[devices] = result["metrics"]
     print(f"FP32 GEMM probe ({args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
     for devices, m in rates.items():

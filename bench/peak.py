@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from accelstudy.peak import cpu_model_and_flags, probe, probe_key
-from accelstudy.report import tables, utilization
+from accelstudy.report import collect, utilization
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
         )
     records = sorted(map(str, args.results.glob("**/*.json")))
     records = [r for r in records if "/tables/" not in r and "/report/" not in r]
-    frame = tables.collect_records(r for r in records if _is_record(r))
+    frame = collect.collect_records(r for r in records if _is_record(r))
     if frame.empty:
         print(f"no records under {args.results}: run `make study` for the MFU per stage")
         return

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 from accelstudy.accounting import FIELDS, parse, query
-from accelstudy.report.tables import with_scheduler_figures
+from accelstudy.report.collect import with_scheduler_figures
 
 CAPTURED = Path(__file__).parent / "slurm" / "sacct"
 

@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from accelstudy.report import build_report
+from accelstudy.report.build import build_report
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 

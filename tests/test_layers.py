@@ -1,84 +1,53 @@
-"""Every import points down: a module imports only from its own layer or below (README,
-"Layout"), and the three parts never import each other."""
+"""Every import points down and no two modules of a layer import each other in a cycle: the
+import-linter contracts of pyproject.toml (the layers of docs/development.md), as `make lint`
+runs them, and the contracts seen to catch a break."""
 
 from __future__ import annotations
 
-import ast
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
 
-PACKAGE = ROOT / "workflow" / "accelstudy"
-LAYERS = {  # from the ground up; a package name stands for its modules
-    1: [
-        "__init__",
-        "paths",
-        "errors",
-        "files",
-        "device",
-        "systems",
-        "locks",
-        "timeline",
-        "energy",
-        "cost",
-        "accounting",
-        "flops",
-        "peak",
-    ],
-    2: ["tasks", "points"],
-    3: ["config", "records"],
-    4: ["data", "models", "snapshots"],
-    5: ["evaluate", "launch", "ranks"],
-    6: ["ptq", "finetune", "diffusion"],
-    7: ["report", "study", "site", "targets"],
-    8: ["cli", "__main__"],
-}
-LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}
-PARTS = set(LAYERS[6])
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def unit(module: str) -> str:
-    """'accelstudy.ptq.clustering' -> 'ptq'; 'accelstudy' -> '__init__'."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
+def lint_imports(cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, **env}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
-def imports(path) -> set[str]:
-    """Every accelstudy module `path` imports, at module level or inside a function."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if (
-            isinstance(node, ast.ImportFrom)
-            and node.module
-            and node.module.startswith("accelstudy")
-        ):
-            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("accelstudy")}
-    return {name for name in found if unit(name) in LAYER_OF or name == "accelstudy"}
+def test_the_import_contracts_are_kept():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "Contracts: 2 kept, 0 broken." in result.stdout
 
 
-MODULES = sorted(PACKAGE.rglob("*.py"))
-
-
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
-def test_imports_point_down(path):
-    own = unit("accelstudy." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
-    assert own in LAYER_OF, f"{path.name}: give its module a layer in LAYERS (and the README)"
-    upward = [name for name in imports(path) if LAYER_OF[unit(name)] > LAYER_OF[own]]
-    across = [name for name in imports(path) if own in PARTS and unit(name) in PARTS - {own}]
-    assert not upward, f"{own} (layer {LAYER_OF[own]}) imports a layer above: {upward}"
-    assert not across, f"part {own} imports another part: {across}"
-
-
-def test_the_check_sees_an_upward_import(tmp_path):
-    """The check itself: a layer-1 module importing the CLI is caught."""
-    bad = tmp_path / "files.py"
-    bad.write_text("def f():\n    from accelstudy.cli import main\n")
-    assert [unit(n) for n in imports(bad)] == ["cli", "cli"]
+@pytest.mark.parametrize(
+    ("module", "bad_import", "contract"),
+    [("files.py", "from accelstudy.cli import main", "accelstudy layers"),
+     ("ptq/prune.py", "from accelstudy.finetune import planner", "accelstudy layers"),
+     ("snapshots.py", "from accelstudy.models import convert", "no import cycle")],
+)  # fmt: skip
+def test_the_contracts_see_an_upward_import_a_part_importing_a_part_and_a_cycle(
+    tmp_path, module, bad_import, contract
+):
+    """A copy of the package with one bad import inside a function breaks its contract."""
+    package = tmp_path / "accelstudy"
+    shutil.copytree(ROOT / "workflow" / "accelstudy", package,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with (package / module).open("a") as handle:
+        handle.write(f"\n\ndef _reaches_up():\n    {bad_import}\n")
+    result = lint_imports(tmp_path, PYTHONPATH=str(tmp_path))
+    assert result.returncode != 0
+    assert f"{contract}" in result.stdout and "BROKEN" in result.stdout
 
 
 def test_reading_the_workflow_and_the_cli_imports_no_torch():

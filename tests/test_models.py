@@ -84,7 +84,7 @@ def test_embedded_gguf_is_smollm2_llama():
 def test_embedded_gguf_prepares_as_the_default_study_does(tmp_path):
     """The default study's first job: the GGUF dequantized to FP32 safetensors, its tokenizer
     saved beside it (a dtype passed to the tokenizer once broke this), named by its digest."""
-    from accelstudy.snapshots import prepare_model
+    from accelstudy.models import prepare_model
 
     out = tmp_path / "smollm2-135m"
     manifest = prepare_model({"source": "gguf", "gguf_file": "embedded"}, out)

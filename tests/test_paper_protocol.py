@@ -1,5 +1,5 @@
-"""`protocol: paper` follows the authors' evaluation scripts (STUDY.md, "Evaluation
-protocols"): default special tokens, raw HellaSwag ctx, right truncation, per-1,000-row
+"""`protocol: paper` follows the authors' evaluation scripts (the paper's
+evaluation protocol): default special tokens, raw HellaSwag ctx, right truncation, per-1,000-row
 WikiText blocks, and both BoolQ tie rules."""
 
 from __future__ import annotations

@@ -82,3 +82,34 @@ def test_atomic_writes_take_the_umask_modes(umask, file_mode, dir_mode, tiny, tm
     assert (tmp_path / "r.json").stat().st_mode & 0o777 == file_mode
     assert (tmp_path / "model").stat().st_mode & 0o777 == dir_mode
     assert {p.stat().st_mode & 0o777 for p in (tmp_path / "model").iterdir()} == {file_mode}
+
+
+def test_a_block_that_fails_after_the_measurement_is_marked_not_the_record_lost(
+    tmp_path, monkeypatch
+):
+    """A charge rule dividing by zero and a failing hardware probe, after the job measured:
+    the record is written with its metrics, and those two blocks say `error` and why."""
+    from accelstudy import records
+
+    def divide_by_zero(*_):
+        return 1 / 0
+
+    def no_hardware(*_):
+        raise RuntimeError("the probe failed")
+
+    monkeypatch.setattr(records, "charged", divide_by_zero)
+    monkeypatch.setattr(records, "provenance", no_hardware)
+    job = records.Job.from_flags(
+        study="t", system="cpu", out=tmp_path / "r.json", device_kind="cpu"
+    )
+    metrics = {"accuracy": 0.5, "wall_time_s": 1.0, "tokens_per_s": 10.0, "peak_memory_bytes": 1}
+    inputs = {"data": {"source": "standin"}}
+    job.write(records.Record(stage="baseline", model="m", task="boolq", method="fp32",
+                             data_source="standin", inputs=inputs, parameters={"limit": 3},
+                             metrics=metrics, protocol="paper"))  # fmt: skip
+    written = read_record(tmp_path / "r.json")
+    assert written["metrics"]["accuracy"] == 0.5 and written["energy"]["status"] != "error"
+    assert written["cost"] == {"status": "error", "reason": "ZeroDivisionError: division by zero"}
+    assert written["provenance"]["status"] == "error"
+    assert written["provenance"]["reason"] == "RuntimeError: the probe failed"
+    assert len(written["provenance"]["config_hash"]) == 16

@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from accelstudy.records import provenance, write_record
-from accelstudy.report import build_report, diffusion, finetune
-from accelstudy.report.figures import fig1
-from accelstudy.report.tables import (
+from accelstudy.report import diffusion, finetune
+from accelstudy.report.build import build_report
+from accelstudy.report.collect import collect_records, flatten
+from accelstudy.report.ptq import (
     bit_order,
-    collect_records,
     collect_sensitivity,
-    flatten,
+    fig1,
     load_published,
     published_table1,
     table1,

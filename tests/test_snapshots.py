@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from accelstudy.models import load_prepared, save_prepared
+from accelstudy.models import load_prepared, prepare_model, save_prepared
 from accelstudy.ptq.quantize import prepared_bytes
-from accelstudy.snapshots import ModelSourceError, fp32_bytes, prepare_model
+from accelstudy.snapshots import ModelSourceError, fp32_bytes
 
 from tests.conftest import ROOT
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.errors import StudyError
+from accelstudy.options import argument
 from accelstudy.points import DiffusionPoint, FinetunePoint
 from accelstudy.tasks import SPLITS, TASK_NAMES
 
@@ -19,10 +20,6 @@ def _json(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
-
-
-def _optional_int(text: str) -> int | None:
-    return None if text in {"None", "null", ""} else int(text)
 
 
 def _check_config(configfile: Path) -> None:
@@ -71,7 +68,7 @@ def _plan_memory(
 
 
 def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -> None:
-    from accelstudy.report import build_report
+    from accelstudy.report.build import build_report
 
     print(build_report(study, records, results_dir, **tables))
 
@@ -80,23 +77,24 @@ DEVICES = ["auto", "cpu", "cuda", "hpu"]
 # add_argument keywords of the options several subcommands share; a subcommand may amend them
 SHARED: dict[str, dict[str, Any]] = {
     **{name: {"required": True} for name in
-       ("study", "system", "model-name", "task", "data-source", "recipe", "granularity")},
+       ("study", "system", "model-name", "task", "data-source", "recipe")},
     **{name: {"type": Path, "required": True} for name in
        ("configfile", "model-dir", "data", "out", "card", "table", "assignment", "samples")},
     **{name: {"type": _json, "required": True} for name in ("spec", "point", "bits", "settings")},
-    "limit": {"type": _optional_int, "default": None},
-    "seed": {"type": int, "default": 0},
+    "limit": argument("tasks.*.limit"),
+    "seed": argument("seed"),
     "threads": {"type": int, "default": 1, "help": "cores of this job"},
     "device": {"default": "auto", "choices": DEVICES},
 }  # fmt: skip
-Option = str | tuple[str, dict[str, Any]]
+Option = str | tuple[str, dict[str, Any] | str]
 # subcommand -> (help, what runs it: a function here or an accelstudy "module:function" taking the
-# options, its options in --help order)
+# options, its options in --help order: a shared one, or one with its add_argument keywords or
+# the config option whose type, default, allowed values and description it takes)
 COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "check-config": ("validate a study config file", _check_config, ["configfile"]),
     "where-report": ("print where a study's report is", _where_report, ["configfile"]),
     "unlock-if-stale": ("remove the lock a killed Snakemake run left here", _unlock_if_stale, []),
-    "prepare-model": ("find or convert a model; write its manifest", "snapshots:prepare_model",
+    "prepare-model": ("find or convert a model; write its manifest", "models:prepare_model",
         [("spec", {"help": "the models.<name> config entry"}), "seed", "out"]),
     "prepare-data": ("load one split of a task; cache as JSON Lines", "data.sources:prepare_data",
         [("task", {"choices": TASK_NAMES}), ("spec", {"help": "the tasks.<name> config entry"}),
@@ -115,22 +113,21 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "sensitivity": ("pruning sensitivity of one chunk of targets",
         "ptq.sensitivity:sensitivity_chunk",
         ["model-dir", "task", ("data", {"help": "the calibration split"}), "limit", "settings",
-         "granularity", ("family", {"default": "mlp"}),
-         ("sparsity", {"type": float, "required": True}),
-         ("chunks", {"type": int, "required": True}), ("chunk", {"type": int, "required": True}),
-         ("prefix-reuse", {"type": _json, "default": True}), ("device", {"choices": None}), "out"]),
+         ("granularity", "ptq.granularity"), ("family", "ptq.family"),
+         ("sparsity", "ptq.sparsity"), ("chunks", "ptq.chunks"),
+         ("chunk", {"type": int, "required": True}), ("prefix-reuse", "ptq.prefix_reuse"),
+         ("device", {"choices": None}), "out"]),
     "gather-sensitivity": ("chunks -> one sensitivity table", "ptq.clustering:gather_sensitivity",
         [("chunks", {"type": Path, "nargs": "+", "required": True}), "out"]),
     "cluster": ("sensitivity table -> layer-to-bits map", "ptq.clustering:cluster",
-        ["table", "bits", ("method", {"default": "percentile"}), ("remainder", {"default": "last"}),
+        ["table", "bits", ("method", "ptq.clustering"), ("remainder", "ptq.remainder"),
          "model-dir", "out"]),
     "quantize": ("quantize per an assignment and evaluate", "ptq.quantize:quantize",
         ["study", "system", "model-name", "task", "data-source", "recipe", "model-dir", "data",
-         "settings", "limit", "assignment", ("group-size", {"type": int, "default": 128}),
-         ("symmetric", {"type": _json, "default": True}),
+         "settings", "limit", "assignment", ("group-size", "ptq.group_size"),
+         ("symmetric", "ptq.symmetric"),
          ("calibration", {"type": Path, "help": "calibration split (FP8 MEASURE pass)"}),
-         ("fp8-format", {"default": "e4m3", "choices": ["e4m3", "e5m2"]}),
-         ("fp8-without-hpu", {"default": "standin", "choices": ["standin", "error"]}),
+         ("fp8-format", "ptq.fp8_format"), ("fp8-without-hpu", "ptq.fp8_without_hpu"),
          ("device", {"choices": None}), "out"]),
     "prepare-instructions": ("instruction data for fine-tuning, cached",
         "data.instructions:prepare_instructions",
@@ -145,10 +142,9 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "plan-memory": ("predict a point's per-card peak memory", _plan_memory,
         [("model", {"required": True, "help": "a model directory or resources/models name"}),
          ("strategy", {"required": True, "choices": ["ddp", "zero3", "fsdp"]}),
-         ("cards", {"type": int, "default": 1}),
-         ("method", {"default": "lora", "choices": ["lora", "full"]}),
+         ("cards", {"type": int, "default": 1}), ("method", "finetune.method"),
          ("dtype", {"default": "bfloat16", "choices": ["bfloat16", "float32"]}),
-         ("batch", {"type": int, "default": 2}), ("seq-len", {"type": int, "default": 512}),
+         ("batch", "finetune.per_device_batch"), ("seq-len", "finetune.max_seq_length"),
          ("attention", {"default": "fused", "choices": ["fused", "eager"]}),
          ("device", {"default": "cuda", "choices": DEVICES[1:]}),
          ("memory-per-card-gb", {"type": float, "help": "say whether it fits"})]),
@@ -187,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(command, help=text)
         for option in options:
             name, amended = (option, {}) if isinstance(option, str) else option
+            amended = argument(amended) if isinstance(amended, str) else amended
             keywords = {**SHARED.get(name, {}), **amended}
             positional = keywords.pop("positional", False)
             p.add_argument(name if positional else f"--{name}", **keywords)

@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from accelstudy.errors import ConfigError, require
-from accelstudy.paths import SCHEMAS
-from accelstudy.tasks import TASK_NAMES, TASKS
+from accelstudy.options import schema
+from accelstudy.tasks import TASKS
 
 MODEL_SOURCE_KEYS = {"hf": "id", "local": "path", "gguf": "gguf_file"}
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -50,21 +49,6 @@ def _explain(error: jsonschema.ValidationError) -> str:
     elif kind == "oneOf" and "description" in error.schema:
         why = f"{value!r} is not valid; expected {error.schema['description']}"
     return f"config key '{key}': {why}"
-
-
-def schema() -> dict[str, Any]:
-    """The config schema, its task names from the task registry."""
-    loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
-    ptq = loaded["properties"]["ptq"]["properties"]
-    names = {"enum": list(TASK_NAMES)}
-    loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = names
-    ptq["calibration_limit"]["properties"] = {
-        name: {"type": ["integer", "null"], "minimum": 1, "default": spec.calibration_limit}
-        for name, spec in TASKS.items()
-    }
-    per_task = {"enum": ["last", "first"], "default": "last"}
-    ptq["remainder"]["oneOf"][1]["properties"] = dict.fromkeys(TASK_NAMES, per_task)
-    return loaded
 
 
 def _coerce(value: Any, node: dict[str, Any], defs: dict[str, Any]) -> Any:

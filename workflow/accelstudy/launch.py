@@ -13,7 +13,7 @@ from accelstudy import timeline
 from accelstudy.cost import Allocation, allocation
 from accelstudy.device import Device
 from accelstudy.errors import StudyError
-from accelstudy.records import Job
+from accelstudy.records import Job, Record
 from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
@@ -124,11 +124,11 @@ class PointJob(Job):
             self.device = Device(outcome["device"], self.system.label)
         return outcome
 
-    def record(self, stage: str, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:
-        """Write this point's record (no evaluation protocol); log its status."""
-        metrics["wall_time_s"] = round(time.perf_counter() - self.started, 3)
+    def write(self, measured: Record) -> dict[str, Any]:
+        """A point's record also says its wall time and where each rank ran; log its status."""
+        measured.metrics["wall_time_s"] = round(time.perf_counter() - self.started, 3)
         if self.rank_hosts:
-            metrics["rank_hosts"] = self.rank_hosts
-        record = self.write(stage=stage, protocol=None, metrics=metrics, **fields)
-        log.info("%s %s: %s", stage, self.out, metrics["status"])
+            measured.metrics["rank_hosts"] = self.rank_hosts
+        record = super().write(measured)
+        log.info("%s %s: %s", measured.stage, self.out, measured.metrics["status"])
         return record

@@ -1,6 +1,7 @@
 """Causal LMs from a prepared directory, and the sources converted first: GGUF, tiny random."""
 
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
@@ -12,7 +13,8 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
-from accelstudy.files import sha256_file, umask_mode
+from accelstudy import snapshots
+from accelstudy.files import sha256_file, umask_mode, write_json
 from accelstudy.snapshots import ModelSourceError, weights_dir
 
 # GGUF architectures that transformers can turn into a causal LM.
@@ -20,6 +22,7 @@ _GGUF_CAUSAL = """llama mistral qwen2 qwen2moe qwen3 qwen3moe phi3 gemma gemma2 
 starcoder2 stablelm bloom t5 mamba nemotron lfm2 deci"""
 GGUF_CAUSAL_ARCHITECTURES = set(_GGUF_CAUSAL.split())
 # transformers 5 spells the load dtype `dtype`; the 4.x line the Gaudi stack pins, `torch_dtype`
+log = logging.getLogger("accelstudy")
 DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
 
@@ -149,3 +152,29 @@ def load_prepared(path: Path, dtype: torch.dtype = torch.float32):
     options = {"use_safetensors": True, DTYPE_KWARG: dtype}
     model = AutoModelForCausalLM.from_pretrained(str(path), **options)
     return model.eval(), tokenizer
+
+
+def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:
+    """The `prepare-model` stage: find or convert the model; a manifest, written last, marks it."""
+    out, source = Path(out), spec["source"]
+    manifest: dict[str, Any] = {"source": source}
+    if source == "hf":
+        folder = snapshots.hub_snapshot(out.name, spec)
+        snapshots.check_causal_lm(out.name, folder)
+        commit = folder.name if snapshots.COMMIT.fullmatch(folder.name) else None
+        manifest |= {"id": spec["id"], "revision": spec.get("revision") or "main"}
+        manifest |= {"commit": commit, "path": str(folder), "files": snapshots.hub_files(folder)}
+    elif source == "local":
+        folder = (Path.cwd() / spec["path"]).resolve()
+        snapshots.check_causal_lm(out.name, folder)
+        known = (out / snapshots.MANIFEST).is_file()
+        before = snapshots.read_manifest(out)["files"] if known else {}
+        manifest |= {"path": str(folder), **snapshots.local_files(folder, before)}
+    else:
+        manifest |= convert(spec, out, seed)
+        folder = out
+    manifest["dtype_on_disk"] = snapshots.dtypes_on_disk(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / snapshots.MANIFEST, manifest)
+    log.info("prepared model %s: %s", out.name, {k: manifest.get(k) for k in ("id", "commit")})
+    return manifest

@@ -1,13 +1,16 @@
 """Sweep points as types, built once from the config (the rules pass them to jobs as JSON):
 each carries only the config values its job depends on, so editing one knob re-runs only the
-points it changes. The defaults are the schema's."""
+points it changes."""
 
 import dataclasses
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple, Self
+
+from accelstudy import options
 
 
 class Point:
@@ -34,40 +37,49 @@ class Point:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
+_default = options.default  # a field's default: the schema's (a block's: made anew per point)
+
+
+def _first(path: str) -> Any:
+    """A sweep axis's field: the first of the axis's default values."""
+    return options.default(path)[0]
+
+
 @dataclass(frozen=True)
 class Lora:
-    rank: int = 64
-    alpha: float = 64
-    dropout: float = 0.05
-    targets: tuple[str, ...] = ("q_proj", "v_proj")
+    rank: int = _default("finetune.lora.rank")
+    alpha: float = _default("finetune.lora.alpha")
+    dropout: float = _default("finetune.lora.dropout")
+    targets: tuple[str, ...] = tuple(options.default("finetune.lora.targets"))
 
 
 @dataclass(frozen=True)
 class FinetunePoint(Point):
-    """One (strategy, attention, cards, repeat) of the fine-tuning sweep, as its ranks read it."""
+    """One (strategy, attention, cards, repeat) of the fine-tuning sweep, as its ranks read it;
+    every default is the schema's."""
 
-    strategy: str = "ddp"
-    attention: str = "fused"
-    cards: int = 1
+    strategy: str = _first("finetune.strategies")
+    attention: str = _first("finetune.attention")
+    cards: int = _first("finetune.cards")
     repeat: int = 0
-    seed: int = 1234
-    method: str = "lora"
-    dtype: str = "bfloat16"
-    max_steps: int = 10
-    max_samples: int | None = None
-    per_device_batch: int = 2
-    grad_accum: int = 2
-    max_seq_length: int = 512
-    learning_rate: float = 3.0e-4
-    max_grad_norm: float = 0.3
-    throughput_warmup_steps: int = 3
+    seed: int = _default("seed")
+    method: str = _default("finetune.method")
+    dtype: str = _default("finetune.dtype")
+    max_steps: int = _default("finetune.max_steps")
+    max_samples: int | None = _default("finetune.max_samples")
+    per_device_batch: int = _default("finetune.per_device_batch")
+    grad_accum: int = _default("finetune.grad_accum")
+    max_seq_length: int = _default("finetune.max_seq_length")
+    learning_rate: float = _default("finetune.learning_rate")
+    max_grad_norm: float = _default("finetune.max_grad_norm")
+    throughput_warmup_steps: int = _default("finetune.throughput_warmup_steps")
     lora: Lora = field(default_factory=Lora)
-    skip_predicted_oom: bool = True
-    on_unsupported: str = "error"
-    checkpoint_steps: int | None = None
-    gaudi_mode: str = "lazy"
-    data: dict[str, Any] = field(default_factory=lambda: {"source": "standin"})
-    zero3_persistence_threshold: int | None = None
+    skip_predicted_oom: bool = _default("finetune.skip_predicted_oom")
+    on_unsupported: str = _default("finetune.on_unsupported")
+    checkpoint_steps: int | None = _default("finetune.checkpoint_steps")
+    gaudi_mode: str = _default("finetune.gaudi_mode")
+    data: dict[str, Any] = field(default_factory=partial(_default, "finetune.data"))
+    zero3_persistence_threshold: int | None = _default("finetune.zero3_persistence_threshold")
     device: str | None = None  # the ranks' device kind; None: detect
 
     OPTIONAL = ("zero3_persistence_threshold", "device")
@@ -94,19 +106,20 @@ class FinetunePoint(Point):
 
 @dataclass(frozen=True)
 class DiffusionPoint(Point):
-    """One (devices, repeat) of the SR3 strong-scaling sweep, as its ranks read it."""
+    """One (devices, repeat) of the SR3 strong-scaling sweep, as its ranks read it; every
+    default is the schema's."""
 
-    devices: int = 1
+    devices: int = _first("diffusion.devices")
     repeat: int = 0
-    seed: int = 1234
-    total_iterations: int = 40
-    warmup_iterations: int = 2
-    batch_per_device: int = 4
-    learning_rate: float = 2.0e-5
-    dtype: str = "float32"
-    model: dict[str, Any] = field(default_factory=dict)
-    schedule: dict[str, Any] = field(default_factory=dict)
-    quality: dict[str, Any] = field(default_factory=dict)
+    seed: int = _default("seed")
+    total_iterations: int = _default("diffusion.total_iterations")
+    warmup_iterations: int = _default("diffusion.warmup_iterations")
+    batch_per_device: int = _default("diffusion.batch_per_device")
+    learning_rate: float = _default("diffusion.learning_rate")
+    dtype: str = _default("diffusion.dtype")
+    model: dict[str, Any] = field(default_factory=partial(_default, "diffusion.model"))
+    schedule: dict[str, Any] = field(default_factory=partial(_default, "diffusion.schedule"))
+    quality: dict[str, Any] = field(default_factory=partial(_default, "diffusion.quality"))
     device: str | None = None
 
     OPTIONAL = ("device",)

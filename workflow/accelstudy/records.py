@@ -8,11 +8,12 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import jsonschema
 import yaml
@@ -115,13 +116,37 @@ def write_record(path: str | Path, record: dict[str, Any]) -> None:
     write_json(path, record)
 
 
-WHAT = ("stage", "study", "model", "task", "method", "data_source")  # a record's own strings
+@dataclass(kw_only=True)
+class Record:
+    """What a stage measured, as every stage fills it; `Job.write` adds where and how it ran
+    (system, device, energy, fraction of peak, cost, provenance). New optional fields need no
+    schema bump: the record schema allows fields it does not name."""
+
+    stage: str
+    model: str
+    task: str
+    method: str
+    data_source: str
+    inputs: dict[str, Any]  # what names the model and data measured
+    parameters: dict[str, Any]
+    metrics: dict[str, Any]
+    protocol: str | None = None  # an evaluation's protocol; a sweep point has none
+    hashed: Any = None  # what the config hash is over (default: the parameters)
+
+
+def after_measurement(compute: Callable[[], dict[str, Any]], **marked: Any) -> dict[str, Any]:
+    """A block computed after the measurement (energy, peak, cost, provenance): its error, in
+    the block, rather than a lost measurement."""
+    try:
+        return compute()
+    except Exception as error:  # the record outlives any of them
+        return {"status": "error", "reason": f"{type(error).__name__}: {error}", **marked}
 
 
 @dataclass(kw_only=True)
 class Job:
-    """What every stage's job has: its study, its system (the CLI passes a name; the file loads
-    here), its record's path, its device, and the clock its wall time runs on from its making."""
+    """What every stage's job has: its study, its system, its record's path, its device, and
+    the clock its wall time runs on from its making."""
 
     study: str
     system: System
@@ -131,6 +156,14 @@ class Job:
     meter: Any = field(init=False, repr=False, default=None)  # an in-process job's EnergyMeter
     energy: dict[str, Any] | None = field(init=False, default=None)  # else its ranks' (combined)
     compute: dict[str, Any] = field(init=False, default_factory=dict)  # the dtype that ran, why
+
+    @classmethod
+    def from_flags(cls, *, system: str | System, **flags: Any) -> Self:
+        """The job of a stage's CLI flags (its system by name)."""
+        return cls(system=load_system(system) if isinstance(system, str) else system, **flags)
+
+    def __post_init__(self) -> None:
+        timeline.MARKS.clear()  # this job's phases, not an earlier job's in the same process
 
     def ranks_and_threads(self) -> tuple[int, int]:
         """What computed: this process's cards (one) or torch threads."""
@@ -157,11 +190,6 @@ class Job:
             return {**block, "status": "error", "source": str(error), "mfu": None}
         return {**block, **peak.utilization(limit, rate * flops_per_unit)}
 
-    def __post_init__(self) -> None:
-        timeline.MARKS.clear()  # this job's phases, not an earlier job's in the same process
-        if isinstance(self.system, str):
-            self.system = load_system(self.system)
-
     def measure_energy(self) -> None:
         """From now on, this process's card (if it drives one) and CPU packages."""
         card = 0 if self.device.kind in ("cuda", "hpu") else None
@@ -179,32 +207,37 @@ class Job:
 
         return resolve(self.device_kind)
 
-    def write(
-        self, *, protocol: str | None, parameters: dict, metrics: dict, inputs: dict, **what: Any
-    ) -> dict[str, Any]:
-        """Write this job's record and return it. `what`: WHAT but the study, and `hashed`, what
-        the config hash is over (default: the parameters); `inputs`: the model and data measured;
-        protocol=None for a stage without an evaluation protocol."""
-        hashed = what.pop("hashed", None)
-        what = {"study": self.study, **what}
-        if set(what) != set(WHAT):
-            raise TypeError(f"a job record needs exactly {WHAT}, got {sorted(what)}")
-        record = {"stage": what["stage"], "study": self.study, "system": self.system.name}
-        record |= {"device": self.device.kind, **{key: what[key] for key in WHAT[2:]}}
-        if protocol is not None:
-            record["protocol"] = protocol
-        record |= {"inputs": inputs, "parameters": parameters, "metrics": metrics}
-        energy = combine([self.meter.stop()]) if self.meter else self.energy
-        unit = "image" if what["stage"] == "diffusion" else "token"
-        rate = metrics.get(f"{unit}s_per_s")
-        nothing = {"status": "unavailable", "reason": "nothing ran"}
-        record["energy"] = per_unit(energy or nothing, rate, unit)
-        record["utilization"] = self.utilization(rate, metrics.get(f"flops_per_{unit}"))
-        config = config_hash(parameters if hashed is None else hashed)
+    def write(self, measured: Record) -> dict[str, Any]:
+        """Write this job's record (the one writer every stage calls) and return it."""
+        record = {"stage": measured.stage, "study": self.study, "system": self.system.name}
+        record |= {"device": self.device.kind, "model": measured.model, "task": measured.task}
+        record |= {"method": measured.method, "data_source": measured.data_source}
+        if measured.protocol is not None:
+            record["protocol"] = measured.protocol
+        metrics = measured.metrics
+        record |= {"inputs": measured.inputs, "parameters": measured.parameters, "metrics": metrics}
         wall_s, system = time.perf_counter() - self.started, self.system
-        record["cost"] = charged(system.charge, self.allocation(), wall_s / 3600, system.per_node)
-        record["provenance"] = provenance(config, self.device.name(), self.device.kind, wall_s)
-        record["provenance"]["system"] = self.system.facts()
+        unit = "image" if measured.stage == "diffusion" else "token"
+        rate = metrics.get(f"{unit}s_per_s")
+
+        def energy() -> dict[str, Any]:
+            used = combine([self.meter.stop()]) if self.meter else self.energy
+            return per_unit(used or {"status": "unavailable", "reason": "nothing ran"}, rate, unit)
+
+        record["energy"] = after_measurement(energy)
+        flops = metrics.get(f"flops_per_{unit}")
+        failed = {"source": "its computation failed: see reason", "mfu": None}
+        record["utilization"] = after_measurement(lambda: self.utilization(rate, flops), **failed)
+        record["cost"] = after_measurement(
+            lambda: charged(system.charge, self.allocation(), wall_s / 3600, system.per_node)
+        )
+        config = config_hash(measured.parameters if measured.hashed is None else measured.hashed)
+
+        def where() -> dict[str, Any]:
+            facts = provenance(config, self.device.name(), self.device.kind, wall_s)
+            return facts | {"system": self.system.facts()}
+
+        record["provenance"] = after_measurement(where, config_hash=config, wall_time_s=wall_s)
         write_record(self.out, record)
         return record
 

@@ -5,7 +5,6 @@ file's sha256 is hashed once (about 2 minutes per 140 GB) and reused while size 
 
 import hashlib
 import json
-import logging
 import math
 import os
 import re
@@ -13,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.errors import StudyError
-from accelstudy.files import sha256_file, write_json
+from accelstudy.files import sha256_file
 
-log = logging.getLogger("accelstudy")
 MANIFEST = "manifest.json"
 # what a job loads from a snapshot; not the original/*.pth or *.bin copies some repos also ship
 SNAPSHOT_FILES = ["*.safetensors", "*.json", "tokenizer*", "*.model", "*.txt", "*.tiktoken"]
@@ -85,7 +83,7 @@ def fp32_bytes(folder: Path) -> int:
     return sum(8 + size + 4 * sum(math.prod(t["shape"]) for t in h.values()) for size, h in headers)
 
 
-def _hub_files(folder: Path) -> dict[str, dict[str, Any]]:
+def hub_files(folder: Path) -> dict[str, dict[str, Any]]:
     """name -> bytes and digest: a cache blob is named by its etag (LFS: sha256, else git sha1)."""
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
@@ -97,7 +95,7 @@ def _hub_files(folder: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
-def _local_files(folder: Path, before: dict[str, Any]) -> dict[str, Any]:
+def local_files(folder: Path, before: dict[str, Any]) -> dict[str, Any]:
     """Per file: bytes, mtime, sha256 (`before`'s if size and mtime hold); the directory digest."""
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
@@ -115,7 +113,7 @@ def read_manifest(model_dir: Path) -> dict[str, Any]:
     path = Path(model_dir) / MANIFEST
     if path.is_file():
         return json.loads(path.read_text())
-    return {"source": "local", "path": str(model_dir), **_local_files(Path(model_dir), {})}
+    return {"source": "local", "path": str(model_dir), **local_files(Path(model_dir), {})}
 
 
 def weights_dir(model_dir: Path) -> Path:
@@ -131,7 +129,7 @@ def identity(model_dir: Path) -> dict[str, Any]:
     return {k: v for k, v in manifest.items() if k not in ("files", "path")}
 
 
-def _dtypes(folder: Path) -> list[str]:
+def dtypes_on_disk(folder: Path) -> list[str]:
     return sorted({t["dtype"] for _, h in safetensors_headers(folder).values() for t in h.values()})
 
 
@@ -144,30 +142,3 @@ def check_causal_lm(name: str, folder: Path) -> None:
     if not any(a.endswith("ForCausalLM") for a in architectures):
         problem = f"has architectures {architectures}; expected a *ForCausalLM"
         raise ModelSourceError(f"models.{name}: '{folder}' {problem}")
-
-
-def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:
-    """The `prepare-model` stage: find or convert the model; a manifest, written last, marks it."""
-    out, source = Path(out), spec["source"]
-    manifest: dict[str, Any] = {"source": source}
-    if source == "hf":
-        folder = hub_snapshot(out.name, spec)
-        check_causal_lm(out.name, folder)
-        commit = folder.name if COMMIT.fullmatch(folder.name) else None
-        manifest |= {"id": spec["id"], "revision": spec.get("revision") or "main"}
-        manifest |= {"commit": commit, "path": str(folder), "files": _hub_files(folder)}
-    elif source == "local":
-        folder = (Path.cwd() / spec["path"]).resolve()
-        check_causal_lm(out.name, folder)
-        before = read_manifest(out)["files"] if (out / MANIFEST).is_file() else {}
-        manifest |= {"path": str(folder), **_local_files(folder, before)}
-    else:
-        from accelstudy.models import convert
-
-        manifest |= convert(spec, out, seed)
-        folder = out
-    manifest["dtype_on_disk"] = _dtypes(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / MANIFEST, manifest)
-    log.info("prepared model %s: %s", out.name, {k: manifest.get(k) for k in ("id", "commit")})
-    return manifest

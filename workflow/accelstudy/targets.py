@@ -1,5 +1,6 @@
 """What a study asks Snakemake for (workflow/rules/*.smk): the result files, the lookups its
-rules make per job, wildcard constraints from the schema; parsing the workflow imports no torch."""
+rules make per job, wildcard constraints from the schema; parsing the workflow imports no torch.
+The rules name their own files (environments, captions)."""
 
 import json
 from collections.abc import Callable, Mapping
@@ -7,30 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy import points
-from accelstudy.config import schema
+from accelstudy.options import node
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
 DATA_KEYS = ("source", "dataset", "name", "revision", "files")  # what changes a split's rows
-# the report rule's captioned outputs: name, path under results/<study>, caption, category
-CAPTIONED = [
-    line.split()
-    for line in """
-    baseline          tables/baseline.csv                     baseline_table     Baseline
-    figure            report/figures/baseline.png             baseline_figure    Baseline
-    table1            tables/table1.csv                       table1             PTQ
-    table1_published  tables/table1_published.csv             table1_published   PTQ
-    fig1              report/figures/sensitivity.png          fig1               PTQ
-    tradeoff          report/figures/tradeoff.png             tradeoff           PTQ
-    finetune          tables/finetune.csv                     finetune_table     Fine-tuning
-    fig2a             report/figures/finetune_scaling.png     fig2a              Fine-tuning
-    fig2b             report/figures/finetune_strategies.png  fig2b              Fine-tuning
-    diffusion         tables/diffusion.csv                    diffusion_table    Diffusion
-    fig3              report/figures/diffusion_scaling.png    fig3               Diffusion
-    samples_figure    report/figures/diffusion_samples.png    diffusion_samples  Diffusion
-    """.strip().splitlines()
-]
-CONDA_ENVS = {"cuda": "../../envs/cuda.yaml"}  # else envs/cpu.yaml; Gaudi runs in its container
 
 
 class StudyTargets:
@@ -47,22 +29,15 @@ class StudyTargets:
         self.ptq = config["ptq"]
         self.ptq_tasks = self.ptq.get("tasks", []) if self.ptq["enabled"] else []
         self.bit_labels = [points.bits_path(bits) for bits in self.ptq.get("bit_lists", [])]
-        self.conda_env = CONDA_ENVS.get(system.device, "../../envs/cpu.yaml")
 
     def constraints(self) -> dict[str, str]:
         """Wildcard constraints: the schema's allowed values, the config's names."""
-        full = schema()
-        ptq, tune = (full["properties"][part]["properties"] for part in ("ptq", "finetune"))
-        allowed = {
-            "model": self.models,
-            "task": self.tasks,
-            "split": SPLITS,
-            "granularity": ptq["granularity"]["enum"],
-            "recipe": ptq["recipes"]["items"]["enum"],
-            "protocol": full["$defs"]["task"]["properties"]["protocols"]["items"]["enum"],
-            "strategy": tune["strategies"]["items"]["enum"],
-            "attention": tune["attention"]["items"]["enum"],
-        }
+        allowed = {"model": self.models, "task": self.tasks, "split": SPLITS}
+        allowed["granularity"] = node("ptq.granularity")["enum"]
+        listed = {"recipe": "ptq.recipes", "protocol": "tasks.*.protocols"}
+        listed |= {"strategy": "finetune.strategies", "attention": "finetune.attention"}
+        for wildcard, path in listed.items():
+            allowed[wildcard] = node(path)["items"]["enum"]
         numbers = dict.fromkeys(["chunk", "cards", "repeat", "devices"], r"\d+")
         return {k: "|".join(v) for k, v in allowed.items()} | numbers | {"bits": r"\d+(-\d+)*"}
 
@@ -112,13 +87,6 @@ class StudyTargets:
         evaluations = self.baseline_records() + self.ptq_records()
         return evaluations + self.finetune_records() + self.diffusion_records()
 
-    def captioned_outputs(self, report: Callable[..., Any]) -> dict[str, Any]:
-        """The report rule's tables and figures, wrapped by `report()` with caption and category."""
-        return {
-            name: report(f"{self.results}/{path}", caption=f"../report/{cap}.rst", category=cat)
-            for name, path, cap, cat in CAPTIONED
-        }
-
     def compare_inputs(self) -> list[str]:
         """Every JSON of the runs to compare (`compare` tells records), and this study's report
         where this study is one of the runs, so that it finishes first."""
@@ -161,7 +129,7 @@ class StudyTargets:
         return f"{self.results}/data/{w.task}/{self.task(w)['eval_split']}.jsonl"
 
     def calibration_file(self, w: Any) -> str:
-        """Calibration data per STUDY.md: WikiText validation, HellaSwag/BoolQ train."""
+        """Calibration data as the paper's: WikiText validation, HellaSwag/BoolQ train."""
         return f"{self.results}/data/{w.task}/{TASKS[w.task].calibration_split}.jsonl"
 
     def eval_settings(self, w: Any) -> str:
@@ -183,9 +151,12 @@ class StudyTargets:
         folder = f"{self.results}/ptq/{w.model}/{w.task}/sensitivity/{w.granularity}"
         return [f"{folder}/chunk-{i}.json" for i in range(self.ptq["chunks"])]
 
-    def fp8_option(self, key: str, otherwise: str) -> Callable[[Any], str]:
-        """An fp8-only ptq option: its value for the fp8 recipe, the CLI default otherwise."""
-        return lambda w: self.ptq[key] if w.recipe == "fp8" else otherwise
+    def fp8_flags(self, w: Any) -> str:
+        """The fp8 recipe's own options (other recipes take none: a change re-runs only fp8)."""
+        if w.recipe != "fp8":
+            return ""
+        ptq = self.ptq
+        return f"--fp8-format {ptq['fp8_format']} --fp8-without-hpu {ptq['fp8_without_hpu']}"
 
     def finetune_point(self, w: Any) -> str:
         """The point as the worker reads it: only the finetune keys a point depends on."""

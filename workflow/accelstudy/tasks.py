@@ -18,7 +18,7 @@ class Metric:
 @dataclass(frozen=True)
 class TaskSpec:
     """One task. `dataset`/`config` are the Hub defaults that `tasks.<name>.dataset` and
-    `tasks.<name>.name` override; PTQ calibrates on `calibration_split` (STUDY.md)."""
+    `tasks.<name>.name` override; PTQ calibrates on `calibration_split`, as the paper's runs did."""
 
     name: str
     kind: Kind

@@ -21,8 +21,9 @@ STUDY = StudyTargets(config, SYSTEM)
 RESULTS = STUDY.results
 PTQ = config["ptq"]
 COMPARE = config["compare"]
-# `--software-deployment-method conda` builds the environment the system's device needs
-CONDA_ENV = STUDY.conda_env
+# `--software-deployment-method conda` builds the environment the system's device needs (Gaudi
+# jobs run in their container: envs/gaudi)
+CONDA_ENV = f"../../envs/{'cuda' if SYSTEM.device == 'cuda' else 'cpu'}.yaml"
 
 
 # Small CPU jobs run beside Snakemake (a login node under SLURM), not as batch jobs.

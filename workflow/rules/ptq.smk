@@ -12,10 +12,10 @@ rule sensitivity:
         f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.tsv"
+    priority: 1
     conda:
         CONDA_ENV
     threads: 1
-    priority: 1
     resources:
         **STUDY.resources(minutes=120),
     params:
@@ -96,8 +96,7 @@ rule quantize:
         source=STUDY.task_value("source"),
         group_size=PTQ["group_size"],
         symmetric=str(PTQ["symmetric"]).lower(),
-        fp8_format=STUDY.fp8_option("fp8_format", "e4m3"),
-        fp8_without_hpu=STUDY.fp8_option("fp8_without_hpu", "standin"),
+        fp8=STUDY.fp8_flags,
     shell:
         "OMP_NUM_THREADS={threads} accelstudy quantize --study {params.study} "
         "--system {params.system} --model-name {wildcards.model} --task {wildcards.task} "
@@ -105,6 +104,4 @@ rule quantize:
         "--model-dir {input.model:q} --data {input.data:q} --settings {params.settings:q} "
         "--limit {params.limit} --assignment {input.assignment:q} "
         "--group-size {params.group_size} --symmetric {params.symmetric} "
-        "--calibration {input.calibration:q} --fp8-format {params.fp8_format} "
-        "--fp8-without-hpu {params.fp8_without_hpu} "
-        "--out {output:q} > {log:q} 2>&1"
+        "--calibration {input.calibration:q} {params.fp8} --out {output:q} > {log:q} 2>&1"

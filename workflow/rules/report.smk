@@ -1,5 +1,16 @@
-# Every record into one table, the figures and the report (`snakemake --report` shows the
-# captioned tables and figures: accelstudy.targets.CAPTIONED).
+from accelstudy.report.outputs import OUTPUTS
+
+
+def captioned(name):
+    """A table or figure of the report (accelstudy.report.outputs), captioned for
+    `snakemake --report` by workflow/report/<name>.rst."""
+    path, category = OUTPUTS[name]
+    return report(
+        f"{RESULTS}/{path}", caption=f"../report/{name}.rst", category=category
+    )
+
+
+# Every record into one table, the figures and the report.
 rule report:
     input:
         records=STUDY.records(),
@@ -7,7 +18,7 @@ rule report:
         sensitivity=STUDY.sensitivity_tables(),
         assignments=STUDY.ptq_assignments(),
     output:
-        **STUDY.captioned_outputs(report),
+        **{name: captioned(name) for name in OUTPUTS},
         html=f"{RESULTS}/report/index.html",
         markdown=f"{RESULTS}/report/report.md",
         records_csv=f"{RESULTS}/tables/records.csv",

@@ -6,7 +6,7 @@ from typing import Any
 from accelstudy.data.sources import read_source
 from accelstudy.launch import PointJob
 from accelstudy.points import DiffusionPoint
-from accelstudy.records import read_record
+from accelstudy.records import Record, read_record
 
 WORKER = "accelstudy.diffusion.train"
 GAUDI_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}  # the authors' port
@@ -14,7 +14,7 @@ GAUDI_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}  # the
 
 def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags: Any) -> dict:
     """Train one (devices, repeat) point of the fixed work; write its record."""
-    job = PointJob(**flags)
+    job = PointJob.from_flags(**flags)
     ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind
     asked, dtype = point, job.ranks_dtype(point.dtype, point.devices, ranks_device)
     point = point.replace(dtype=dtype)
@@ -27,7 +27,7 @@ def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags
         samples.unlink(missing_ok=True)
         samples.touch()  # the job's second output: empty where nothing was sampled
     source = "standin" if data_card["standin"] else "local"
-    what = dict(model="sr3", task="dust-sr", method="ddp", data_source=source)
     parameters = {**asked.as_dict(), "data": data_card}
-    inputs = {"data": read_source(data)}
-    return job.record("diffusion", metrics, parameters=parameters, inputs=inputs, **what)
+    return job.write(Record(stage="diffusion", model="sr3", task="dust-sr", method="ddp",
+                            data_source=source, inputs={"data": read_source(data)},
+                            parameters=parameters, metrics=metrics))  # fmt: skip

@@ -1,5 +1,6 @@
 """One entry point: perplexity or multiple-choice accuracy under a protocol, throughput, memory."""
 
+import importlib
 from typing import Any
 
 from torch import nn
@@ -7,10 +8,12 @@ from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy.device import Device
 from accelstudy.evaluate.meters import Meter
-from accelstudy.evaluate.multiple_choice import evaluate_multiple_choice
-from accelstudy.tasks import TASKS
+from accelstudy.tasks import TASKS, Kind
 
 PROTOCOLS = ("paper", "lm-eval")
+# a task's kind (accelstudy.tasks) -> the module that scores it, imported only when used
+# (perplexity imports lm_eval's tasks, and datasets): its score() handles both protocols
+SCORERS: dict[Kind, str] = {"perplexity": "perplexity", "multiple-choice": "multiple_choice"}
 
 
 def evaluate_task(
@@ -26,21 +29,12 @@ def evaluate_task(
     """Metrics (with tokens/s, wall time, peak memory) and per-item details."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; expected one of {PROTOCOLS}")
-    spec, details = TASKS[task], []
-    if spec.kind == "perplexity":  # here, since it imports lm_eval's tasks (and datasets)
-        from accelstudy.evaluate import perplexity
+    spec = TASKS[task]
+    scorer = importlib.import_module(f"accelstudy.evaluate.{SCORERS[spec.kind]}")
     with Meter(device) as meter:
-        if spec.kind == "perplexity" and protocol == "paper":
-            blocks = perplexity.paper_blocks(tokenizer, rows, settings["block_size"], limit)
-            metrics = perplexity.paper(model, blocks, settings["batch_size"], meter)
-        elif spec.kind == "perplexity":
-            docs = perplexity.documents(rows)[: limit or None]
-            max_length = settings["lm_eval_max_length"]
-            metrics = perplexity.lm_eval(model, tokenizer, docs, meter, max_length)
-        else:
-            key = f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"
-            args = (model, tokenizer, task, protocol, rows[: limit or None], meter, settings[key])
-            metrics, details = evaluate_multiple_choice(*args)
+        metrics, details = scorer.score(
+            model, tokenizer, task, protocol, rows, settings, meter, limit
+        )
     metrics.update(meter.metrics(model.config.to_dict()))
     metrics["primary_metric"] = spec.metric.name
     return metrics, details

@@ -10,7 +10,7 @@ from accelstudy import device as devices
 from accelstudy.data.sources import read_prepared, read_source
 from accelstudy.evaluate import evaluate_task
 from accelstudy.models import load_prepared
-from accelstudy.records import Job
+from accelstudy.records import Job, Record
 from accelstudy.snapshots import identity
 
 
@@ -36,20 +36,16 @@ class EvalJob(Job):
         args = (self.task, protocol, rows, self.settings, self.device, self.limit)
         return evaluate_task(model, tokenizer, *args)[0]
 
-    def write(
-        self, stage: str, method: str, protocol: str, parameters: dict, metrics: dict, hashed: dict
-    ) -> dict[str, Any]:
-        """Write the job's record, its config hash over `hashed`."""
-        fields = {"stage": stage, "model": self.model_name, "task": self.task, "method": method}
-        fields |= {"protocol": protocol, "data_source": self.data_source}
+    def measured(self, **fields: Any) -> Record:
+        """An evaluation's record: this job's model, task and data, and `fields`."""
         inputs = {"model": identity(self.model_dir), "data": read_source(self.data)}
-        fields |= {"parameters": parameters, "metrics": metrics, "inputs": inputs}
-        return super().write(hashed=hashed, **fields)
+        task = {"model": self.model_name, "task": self.task, "data_source": self.data_source}
+        return Record(**task, inputs=inputs, **fields)
 
 
 def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:
     """Evaluate the unquantized model on one task and write its result record."""
-    job = EvalJob(**flags)
+    job = EvalJob.from_flags(**flags)
     dtype = devices.DTYPES[job.resolve_dtype(job.settings.get("dtype", "float32"), job.device.kind)]
     model, tokenizer = load_prepared(job.model_dir, dtype=dtype)
     metrics = job.evaluate(model, tokenizer, protocol)
@@ -57,4 +53,5 @@ def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:
     parameters = {"settings": job.settings, "limit": job.limit, "dtype": name}
     method = "fp32" if dtype == torch.float32 else name
     hashed = {"parameters": parameters, "task": job.task, "protocol": protocol}
-    return job.write("baseline", method, protocol, parameters, metrics, hashed)
+    measured = {"parameters": parameters, "metrics": metrics, "hashed": hashed}
+    return job.write(job.measured(stage="baseline", method=method, protocol=protocol, **measured))

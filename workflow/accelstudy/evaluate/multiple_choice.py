@@ -123,3 +123,20 @@ def evaluate_multiple_choice(
         metrics["acc_norm"] = share([i.prediction_norm for i in items])
     metrics["accuracy"] = metrics[spec.quoted]
     return metrics, [asdict(i) for i in items]
+
+
+def score(
+    model: torch.nn.Module,
+    tokenizer: Tokenizer,
+    task: str,
+    protocol: str,
+    rows: list[dict],
+    settings: dict,
+    meter: Meter,
+    limit: int | None,
+) -> tuple[dict[str, float], list[dict]]:
+    """Accuracy on the first `limit` items, each protocol at its own maximum length."""
+    key = f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"
+    return evaluate_multiple_choice(
+        model, tokenizer, task, protocol, rows[: limit or None], meter, settings[key]
+    )

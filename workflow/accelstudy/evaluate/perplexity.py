@@ -109,3 +109,21 @@ def lm_eval(
     metrics["bits_per_byte"] = bits_per_byte(results["bits_per_byte"])
     metrics["perplexity"] = metrics["word_perplexity"]
     return {**metrics, "documents": len(docs), "target_tokens": n_tokens}
+
+
+def score(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    task: str,
+    protocol: str,
+    rows: list[dict],
+    settings: dict,
+    meter: Meter,
+    limit: int | None,
+) -> tuple[dict, list[dict]]:
+    """The task's perplexity under `protocol`: the paper's blocks, or lm-eval's documents."""
+    if protocol == "paper":
+        blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
+        return paper(model, blocks, settings["batch_size"], meter), []
+    docs = documents(rows)[: limit or None]
+    return lm_eval(model, tokenizer, docs, meter, settings["lm_eval_max_length"]), []

@@ -11,6 +11,7 @@ from accelstudy.finetune.planner import fit_check, load_config
 from accelstudy.flops import training_per_token
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import FinetunePoint
+from accelstudy.records import Record
 from accelstudy.snapshots import identity
 
 WORKER = "accelstudy.finetune.train"
@@ -31,7 +32,7 @@ def run(
     *, model_name: str, model_dir: Path, point: FinetunePoint, data_source: str, **flags: Any
 ) -> dict[str, Any]:
     """Plan, then (unless predicted not to fit) train one point; write its record."""
-    job = PointJob(**flags)
+    job = PointJob.from_flags(**flags)
     # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
     ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind
     asked, config = point, load_config(model_dir)
@@ -53,8 +54,9 @@ def run(
     rank = point.lora.rank if point.method == "lora" else 0
     args = (config.to_dict(), point.max_seq_length, rank, point.lora.targets)
     metrics["flops_per_token"] = training_per_token(*args)
-    what = dict(task="instructions", method=point.strategy, parameters=asked.as_dict())
     file = point.data.get("file")  # the rules' points read a prepared file; else generated
     data = read_source(file) if file else describe_source(point.data, "train")
-    what["inputs"] = {"model": identity(model_dir), "data": data}
-    return job.record("finetune", metrics, model=model_name, data_source=data_source, **what)
+    inputs = {"model": identity(model_dir), "data": data}
+    return job.write(Record(stage="finetune", model=model_name, task="instructions",
+                            method=point.strategy, data_source=data_source, inputs=inputs,
+                            parameters=asked.as_dict(), metrics=metrics))  # fmt: skip

@@ -4,7 +4,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,12 @@ from accelstudy.data.sources import read_prepared
 from accelstudy.device import DTYPES
 from accelstudy.evaluate.baseline import EvalJob
 from accelstudy.models import load_prepared
+from accelstudy.options import default
 from accelstudy.points import bits_label
 from accelstudy.ptq import RecipeDeviceError, SensitivityTableError, weights
 from accelstudy.ptq.prune import decoder_layers, decoder_linears
 from accelstudy.ptq.sensitivity import build_calibration
+from accelstudy.recipes import RECIPES
 from accelstudy.snapshots import fp32_bytes, weights_dir
 
 
@@ -31,11 +33,11 @@ class QuantJob(EvalJob):
 
     recipe: str
     assignment: Path
-    group_size: int = 128
-    symmetric: bool = True
+    group_size: int = default("ptq.group_size")
+    symmetric: bool = default("ptq.symmetric")
     calibration: Path | None = None  # the calibration split, for the FP8 MEASURE pass
-    fp8_format: str = "e4m3"
-    fp8_without_hpu: str = "standin"
+    fp8_format: str = default("ptq.fp8_format")
+    fp8_without_hpu: str = default("ptq.fp8_without_hpu")
 
 
 def paper_ratio(shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_size=128) -> float:
@@ -140,14 +142,6 @@ def bf16(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
     return model, saved_bytes(model), 2.0, "whole model in bfloat16 (the CPU recipe)"
 
 
-Recipe = Callable[[QuantJob, nn.Module, Bits], Stored]
-RECIPES: dict[str, Recipe] = {recipe.__name__: recipe for recipe in (fake, nvidia, fp8, bf16)}
-# what a recipe computes in; None: the study's dtype (nvidia: its weights cast to it per matmul;
-# float16 on a GPU computes as the paper's NVIDIA runs); Gaudi's FP8 and the CPU's BF16: bfloat16
-COMPUTE: dict[str, torch.dtype | None] = {"fake": None, "nvidia": None, "fp8": torch.bfloat16}
-COMPUTE["bf16"] = torch.bfloat16
-
-
 def module_assignment(model: nn.Module, spec: dict[str, Any], source: Path) -> Bits:
     """Decoder Linear -> bits; None (kept high precision) where a one-family scan left it out."""
     keys, what = [entry.key for entry in decoder_linears(model)], f"assignment '{source}'"
@@ -165,9 +159,10 @@ def module_assignment(model: nn.Module, spec: dict[str, Any], source: Path) -> B
 
 def quantize(**flags: Any) -> dict[str, Any]:
     """Quantize the prepared model per the assignment and recipe; evaluate; write a record."""
-    job = QuantJob(**flags)
+    job = QuantJob.from_flags(**flags)
     if job.recipe not in RECIPES:
         raise ValueError(f"unknown recipe '{job.recipe}'; expected one of {tuple(RECIPES)}")
+    recipe = RECIPES[job.recipe]
     if job.recipe == "fp8" and job.device.kind != "hpu" and job.fp8_without_hpu == "error":
         raise RecipeDeviceError(
             f"recipe 'fp8' needs Intel Neural Compressor on an HPU, but the device is "
@@ -176,9 +171,10 @@ def quantize(**flags: Any) -> dict[str, Any]:
     model, tokenizer = load_prepared(job.model_dir)
     spec = json.loads(Path(job.assignment).read_text())
     bits = module_assignment(model, spec, job.assignment)
-    model, stored, ratio, note = RECIPES[job.recipe](job, model, bits)
-    asked = str(COMPUTE[job.recipe] or "").removeprefix("torch.") or job.settings.get("dtype")
-    compute = DTYPES[job.resolve_dtype(asked or "float32", job.device.kind)]
+    apply = globals()[recipe.name]  # the recipe's function, below in this module
+    model, stored, ratio, note = apply(job, model, bits)
+    asked = recipe.compute_dtype or job.settings.get("dtype") or "float32"
+    compute = DTYPES[job.resolve_dtype(asked, job.device.kind)]
     compute_in(model, compute)
     metrics = job.evaluate(model, tokenizer, "paper")
     fp32_bytes = prepared_bytes(job.model_dir)
@@ -192,4 +188,5 @@ def quantize(**flags: Any) -> dict[str, Any]:
     parameters |= {"settings": job.settings, "note": note}
     parameters["compute_dtype"] = str(compute).removeprefix("torch.")
     method = f"{job.recipe} {bits_label(spec['bits'])}"
-    return job.write("quantized", method, "paper", parameters, metrics, hashed=parameters)
+    return job.write(job.measured(stage="quantized", method=method, protocol="paper",
+                                  parameters=parameters, metrics=metrics))  # fmt: skip

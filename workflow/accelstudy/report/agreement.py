@@ -10,13 +10,17 @@ import pandas as pd
 
 # what must be equal for the losses to agree: the study (one config) and, across studies, what
 # shapes the data and steps; not the repeat (every repeat trains from the same seed)
-SAME = ["study", "model", "system", "data", "cards", "attention", "seed", "max_steps"]
-SAME += ["per_device_batch", "grad_accum", "max_seq_length", "dtype"]
+COMPARABLE_KEYS = [
+    "study", "model", "system", "data", "cards", "attention", "seed", "max_steps",
+    "per_device_batch", "grad_accum", "max_seq_length", "dtype",
+]  # fmt: skip
 ORDER = ["ddp", "zero3", "fsdp"]
 FLAGGED = "flagged: trains differently, left out of the choices"
 TOLERANCE = 2**-6  # of the reference's loss, at every step
-SHOWN = ["model", "system", "cards", "attention", "repeat", "strategy", "against", "steps"]
-SHOWN += ["worst step", "loss", "reference loss", "deviation %", "tolerance %", "verdict"]
+AGREEMENT_COLUMNS = [
+    "model", "system", "cards", "attention", "repeat", "strategy", "against", "steps",
+    "worst step", "loss", "reference loss", "deviation %", "tolerance %", "verdict",
+]  # fmt: skip
 
 
 def deviation(losses: list[float], reference: list[float]) -> tuple[int, float]:
@@ -33,7 +37,7 @@ def agreement(records: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     runs = records[(records["stage"] == "finetune") & (records["status"] == "ok")]
     runs = runs.loc[[pd.api.types.is_list_like(v) and len(v) > 0 for v in runs["losses"]]]
-    same, rows = [key for key in SAME if key in runs], []
+    same, rows = [key for key in COMPARABLE_KEYS if key in runs], []
     for key, part in runs.groupby(same, dropna=False):
         ranked = part.sort_values("strategy", key=lambda s: s.map(ORDER.index), kind="stable")
         reference = ranked.iloc[0]

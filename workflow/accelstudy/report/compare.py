@@ -9,14 +9,12 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from accelstudy.errors import StudyError
 from accelstudy.records import SCHEMA_VERSION, validate_record
-from accelstudy.report import diffusion, finetune, tables
-from accelstudy.report.build import Section, write_csv, write_pages, write_records
-from accelstudy.report.figures import save
-from accelstudy.report.tables import NOTES
+from accelstudy.report import diffusion, finetune, ptq
+from accelstudy.report.collect import flatten, joined
+from accelstudy.report.pages import NOTES, Section, write_csv, write_pages, write_records
 from accelstudy.tasks import TASKS
 
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
@@ -32,15 +30,16 @@ SPEEDS = {stage: ["tokens_per_s", "mfu", *PER_TOKEN] for stage in STAGES[:2]}
 SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s", "mfu", *PER_TOKEN]
 SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s", "mfu", "j_per_image"]
 SPEEDS["diffusion"] += ["cost_per_kimage"]
-ROWS = ["model", "data", "task", "metric"]  # Table 1's rows
 RATIOS = ["part", "quantity", "system", "reference", "ratio", "verdict", "ci95_low", "ci95_high"]
 RATIOS += ["points", "min", "max", "repeats"]
 LOWER_IS_BETTER = {f"{t.metric.name} (metric)" for t in TASKS.values() if t.metric.lower_is_better}
 LOWER_IS_BETTER |= {"train_runtime_s", *PER_TOKEN, "j_per_image", "cost_per_kimage"}
 BOOTSTRAP = 1000  # resamples of the repeats, for the 95% interval of a ratio
 # a record's table columns: what it is, and where it comes from
-WHAT, TRACE = ["system", "stage", "model", "task", "method"], ["run", "record", "git_commit"]
-PROVENANCE = [*WHAT, "metric", "value", "tokens_per_s", "status", *TRACE, "job", "versions", "work"]
+MATCH_KEYS = ["system", "stage", "model", "task", "method"]
+TRACE_KEYS = ["run", "record", "git_commit"]
+PROVENANCE = [*MATCH_KEYS, "metric", "value", "tokens_per_s", "status", *TRACE_KEYS]
+PROVENANCE += ["job", "versions", "work"]
 MACHINE = "{run}: {accelerator}, {memory_per_card_gb} GB per card"  # a system's, as a run says
 LEFT_OUT = "Left out: records without a counterpart, and the keys that differ"
 
@@ -106,7 +105,7 @@ def load(runs: Iterable[Path]) -> pd.DataFrame:
             system = provenance.get("system") or {}
             accelerator = system.get("accelerator") or provenance["hardware"].get("device_name")
             row = {
-                **tables.flatten(record),
+                **flatten(record),
                 "run": str(run),
                 "record": str(path),
                 "work": json.dumps(measured, sort_keys=True, default=str),
@@ -148,7 +147,7 @@ def split(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             diffs.append([f"{k}: {mine.get(k)} here, {theirs.get(k)} there" for k in keys])
         reasons.append("; ".join(min(diffs, key=len)))
-    left = alone.assign(reason=reasons)[[*WHAT, *TRACE[:2], "reason"]]
+    left = alone.assign(reason=reasons)[[*MATCH_KEYS, *TRACE_KEYS[:2], "reason"]]
     return matched, left.reset_index(drop=True)
 
 
@@ -227,13 +226,13 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     write_csv(left_out, out / "tables" / "left_out.csv")
     write_csv(ratio, out / "tables" / "ratios.csv")
     sites = records.groupby(["run", "system", "accelerator"], sort=False, as_index=False)
-    sites = sites.agg(records=("record", "size"), commits=("git_commit", tables.joined))
+    sites = sites.agg(records=("record", "size"), commits=("git_commit", joined))
     sections = [
         Section("Runs", "", sites),
         Section(f"Ratios against {reference}", NOTES["ratios"].format(bootstrap=BOOTSTRAP), ratio),
-        *_ptq(matched, out / "figures"),
-        *_finetune(matched, out / "figures"),
-        *_diffusion(matched, out / "figures"),
+        *ptq.compared_sections(matched, out / "figures"),
+        *finetune.compared_sections(matched, out / "figures"),
+        *diffusion.compared_sections(matched, out / "figures"),
         Section(LEFT_OUT, "", left_out.drop(columns=["run"])),
     ]
     counts = f"{len(matched)} matched, {len(left_out)} left out"
@@ -241,57 +240,3 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     index = write_pages("accelstudy comparison across systems", intro, sections, out)
     print(index)
     return index
-
-
-def _ptq(matched: pd.DataFrame, folder: Path) -> list[Section]:
-    """Table 1 by system beside the published, quality against compression, tokens/s."""
-    if not matched["stage"].eq("quantized").any():
-        return []
-    published = tables.load_published()
-    by_system = matched.groupby("system", sort=False)
-    # each system's Table 1 side by side (never none: some system has quantized records)
-    ours = {system: tables.table1(part) for system, part in by_system}
-    ours = [t.set_index(ROWS).add_prefix(f"{s}: ") for s, t in ours.items() if not t.empty]
-    table1 = pd.concat(ours, axis=1).reset_index()
-    points = [tables.tradeoff_points(part, published).assign(system=s) for s, part in by_system]
-    points = pd.concat(points)
-    points = points[points["panel"].str.startswith("ours")]
-    style = {"hue": "system", "style": "bit list", "col": "task", "kind": "scatter", "s": 90}
-    grid = sns.relplot(points, x="compression", y="value", facet_kws={"sharey": False}, **style)
-    for ax, (_, part) in zip(grid.axes.flat, points.groupby("task", sort=False), strict=False):
-        ax.set(xlabel="compression ratio (FP32 = 1)", ylabel=part["metric"].iloc[0])
-    save(grid.figure, folder / "tradeoff.png")
-    evaluated = matched[matched["stage"].isin(["baseline", "quantized"])]
-    speed = evaluated.pivot_table("tokens_per_s", WHAT[1:], "system", "median")
-    return [
-        Section("Table 1 by system: mixed-precision PTQ", "", table1),
-        Section("Table 1, published (Gaudi2 / A100)", "", tables.published_table1(published)),
-        Section("Quality against compression, by system", "", figure="tradeoff.png"),
-        Section("Evaluation tokens/s by system and recipe", "", speed.round(1).reset_index()),
-    ]
-
-
-def _finetune(matched: pd.DataFrame, folder: Path) -> list[Section]:
-    runs = finetune.finetune_runs(matched)
-    if runs.empty:
-        return []
-    finetune.write_figures(runs, finetune.finetune_points(runs), folder)
-    holes = runs.pivot_table("record", "status", "system", "size", fill_value=0).reset_index()
-    return [
-        Section("Fig. 2 across systems: fine-tuning against cards", figure=finetune.FIGURES[0]),
-        Section("DDP vs ZeRO-3 vs FSDP across systems", figure=finetune.FIGURES[1]),
-        Section("Fine-tuning points by status and system (does-not-fit: the holes)", "", holes),
-    ]
-
-
-def _diffusion(matched: pd.DataFrame, folder: Path) -> list[Section]:
-    runs = diffusion.diffusion_runs(matched)
-    if runs.empty:
-        return []
-    diffusion.write_figures(runs, folder)
-    table = diffusion.diffusion_table(runs)
-    title = "Fig. 3 across systems, with the published curves"
-    return [
-        Section(title, diffusion.note(runs), figure=diffusion.FIGURES[0]),
-        Section("SR3 scaling efficiency by system", NOTES["sr3_table"], table),
-    ]

@@ -8,11 +8,13 @@ import pandas as pd
 import seaborn as sns
 
 from accelstudy.paths import RESOURCES
+from accelstudy.report.collect import joined, ours_note
 from accelstudy.report.figures import SPREAD, draw
-from accelstudy.report.tables import joined, ours_note
+from accelstudy.report.outputs import figure, output
+from accelstudy.report.pages import NOTES, Section, write_csv
 
 KEYS = ["system", "devices"]
-FIGURES = ("diffusion_scaling.png", "diffusion_samples.png")
+FIGURES = (figure("fig3"), figure("diffusion_samples"))  # into a report's or comparison's figures/
 PANEL = {"lr": "low-res input", "sr": "SR3 output", "bicubic": "bicubic", "hr": "truth"}
 # the table's columns, in groups: the point, time, speed, compute, image quality, the rest
 POINT = {k: k for k in [*KEYS, "status", "repeats", "data"]}
@@ -151,3 +153,36 @@ def write_figures(runs: pd.DataFrame, folder: Path) -> None:
     found = runs[(runs["status"] == "ok") & sampled]
     why_not = none if runs.empty else "no SR3 samples: no point ran"
     draw(folder / FIGURES[1], why_not, samples_figure, found)
+
+
+def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
+    """Fig. 3, the SR3 points and the samples; the table and figures are written in every study."""
+    runs = diffusion_runs(records)
+    table = diffusion_table(runs)
+    write_csv(table, output(folder, "diffusion_table"))
+    write_figures(runs, output(folder, "fig3").parent)
+    if runs.empty:
+        return []
+    scaling, samples = FIGURES
+    points = "SR3 points: speed-up, scaling efficiency, throughput and image quality"
+    return [
+        Section(
+            "Fig. 3: SR3 training time for fixed work against devices", note(runs), figure=scaling
+        ),
+        Section(points, NOTES["sr3_table"], table),
+        Section("SR3 samples: held-out images", NOTES["sr3_samples"], figure=samples),
+    ]
+
+
+def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
+    """`compare`: Fig. 3 across systems and their scaling efficiency."""
+    runs = diffusion_runs(matched)
+    if runs.empty:
+        return []
+    write_figures(runs, folder)
+    table = diffusion_table(runs)
+    title = "Fig. 3 across systems, with the published curves"
+    return [
+        Section(title, note(runs), figure=FIGURES[0]),
+        Section("SR3 scaling efficiency by system", NOTES["sr3_table"], table),
+    ]

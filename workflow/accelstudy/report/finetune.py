@@ -7,8 +7,10 @@ import pandas as pd
 import seaborn as sns
 
 from accelstudy.report.agreement import flagged_records
+from accelstudy.report.collect import joined, ours_note
 from accelstudy.report.figures import SPREAD, draw
-from accelstudy.report.tables import NOTES, joined, ours_note
+from accelstudy.report.outputs import figure, output
+from accelstudy.report.pages import NOTES, Section, write_csv
 
 STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ["fused", "eager"]
@@ -21,7 +23,7 @@ ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
 PREDICTED = ["predicted_total", "predicted_model_states", "predicted_parameters"]
 METRICS = ["samples_per_s", "final_loss", "peak_memory_bytes", *PREDICTED]
 WORK = 1000  # samples: the fixed amount of work whose time Fig. 2a shows
-FIGURES = ("finetune_scaling.png", "finetune_strategies.png")
+FIGURES = (figure("fig2a"), figure("fig2b"))  # written into a report's or comparison's figures/
 # the table's columns, in groups: the point, its speed, what training gave, peak, model states
 POINT = {k: k for k in [*KEYS, "status", "repeats"]}
 SPEED = {"tps": "tokens/s", "spread": "tokens/s min-max", "sps": "samples/s", "mfu": "MFU"}
@@ -224,3 +226,37 @@ def write_figures(runs: pd.DataFrame, points: pd.DataFrame, folder: Path) -> Non
     """Fig. 2a and 2b, or placeholders saying why (the rule declares them in every study)."""
     for name, make in zip(FIGURES, (fig2a, fig2b), strict=True):
         draw(folder / name, "no fine-tuning records in this study", make, runs, points)
+
+
+def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
+    """Fig. 2, the points and the findings; the table and figures are written in every study."""
+    runs = finetune_runs(records)
+    points = finetune_points(runs)
+    table = finetune_table(points)
+    write_csv(table, output(folder, "finetune_table"))
+    write_figures(runs, points, output(folder, "fig2a").parent)
+    if runs.empty:
+        return []
+    methods = "; ".join(m for m in runs["peak_memory_method"].dropna().unique() if m)
+    title = "Fine-tuning points: speed-up, scaling efficiency, planned and measured memory"
+    return [
+        Section("Fig. 2a: fine-tuning throughput and time for fixed work against cards",
+                NOTES["finetune_figure"], figure=FIGURES[0]),
+        Section("Fig. 2b: DDP vs ZeRO-3 vs FSDP for one model", figure=FIGURES[1]),
+        Section(title, f"{NOTES['finetune_table']} Peak measured as: {methods or '-'}.", table),
+        Section("Fine-tuning findings: the paper's beside ours", note(runs), findings(points)),
+    ]  # fmt: skip
+
+
+def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
+    """`compare`: Fig. 2 across systems and the points by status (the holes)."""
+    runs = finetune_runs(matched)
+    if runs.empty:
+        return []
+    write_figures(runs, finetune_points(runs), folder)
+    holes = runs.pivot_table("record", "status", "system", "size", fill_value=0).reset_index()
+    return [
+        Section("Fig. 2 across systems: fine-tuning against cards", figure=FIGURES[0]),
+        Section("DDP vs ZeRO-3 vs FSDP across systems", figure=FIGURES[1]),
+        Section("Fine-tuning points by status and system (does-not-fit: the holes)", "", holes),
+    ]

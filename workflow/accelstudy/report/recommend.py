@@ -11,8 +11,9 @@ import yaml
 from accelstudy.config import validate_config
 from accelstudy.errors import require
 from accelstudy.finetune.planner import plan_sweep
-from accelstudy.report.agreement import SHOWN, agreement, flagged_records
-from accelstudy.report.tables import collect_records
+from accelstudy.report.agreement import AGREEMENT_COLUMNS, agreement, flagged_records
+from accelstudy.report.collect import collect_records
+from accelstudy.report.pages import NOTES, Section
 from accelstudy.systems import load_system
 
 CHOICES = {  # the choice, the column it minimises (negated: maximises), and its unit
@@ -26,7 +27,7 @@ KEY = ["model", "system", "strategy", "cards"]
 def measured_points(records: pd.DataFrame) -> pd.DataFrame:
     """Fine-tuning points that ran and train what their reference trains (report.agreement):
     medians over repeats of tokens/s (and its range), the charge per 1M tokens
-    (tables.energy_and_cost) and joules per token."""
+    (collect.energy_and_cost) and joules per token."""
     columns = [c for c, _, _ in CHOICES.values()]
     if records.empty or "stage" not in records:
         return pd.DataFrame(columns=[*KEY, "attention", *columns, "cost_unit", "low", "high"])
@@ -104,17 +105,23 @@ def measured_fits(records: pd.DataFrame) -> pd.DataFrame:
     return runs.assign(held_out_for=why.fillna(""))[[*KEY, "attention", "held_out_for"]]
 
 
-def sections(records: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """The report's "what to run where": the strategies' agreement, the choices, then the
-    sharding rule (none: no points)."""
+def sections(records: pd.DataFrame) -> list[Section]:
+    """The report's "what to run where", from the study's fine-tuning measurements: the
+    strategies' agreement, the choices, then the sharding rule (none: no points)."""
     points = measured_points(records)
     if points.empty:
         return []
     checked = agreement(records)
-    checked = checked[[c for c in SHOWN if c in checked]]
-    rule = sharding_rule(measured_fits(records), points)
-    shown = [("agreement", checked)] if not checked.empty else []
-    return [*shown, ("choices", choices(points)), ("rule", rule)]
+    checked = checked[[c for c in AGREEMENT_COLUMNS if c in checked]]
+    agree = "Strategies train the same model: each one's losses beside DDP's"
+    shown = [Section(agree, NOTES["same_model"], checked)] if not checked.empty else []
+    return [
+        *shown,
+        Section("What to run where: the fastest, cheapest and least-energy point",
+                NOTES["where"], choices(points)),
+        Section("Shard only when the model does not fit: the paper's rule, checked",
+                NOTES["rule"], sharding_rule(measured_fits(records), points)),
+    ]  # fmt: skip
 
 
 def recommend(model: str, system: str, configfile: Path, results: list[Path]) -> None:

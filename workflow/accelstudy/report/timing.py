@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from accelstudy.report.pages import NOTES, Section, write_csv
+
 RULE_OF_STAGE = {"quantized": "quantize"}  # else the stage's own name
 JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", "startup_s", "measured_s"]
 
@@ -66,3 +68,17 @@ def time_tables(
 
 def _percent(share: float) -> str:
     return "-" if pd.isna(share) or share == 0 else f"{share:.0%}"
+
+
+def sections(record_paths: Iterable[str | Path], results_dir: Path) -> list[Section]:
+    """Where the time went, per rule and per job (tables/time_rules.csv, time_jobs.csv), in a
+    study Snakemake ran (its jobs' benchmark files are there)."""
+    if not (results_dir / "benchmarks").is_dir():
+        return []
+    rules, jobs = time_tables(record_paths, results_dir)
+    write_csv(rules, results_dir / "tables" / "time_rules.csv")
+    write_csv(jobs, results_dir / "tables" / "time_jobs.csv")
+    return [
+        Section("Where the time went, per rule", NOTES["timing"], rules),
+        Section("Where the time went, per job", "", jobs),
+    ]

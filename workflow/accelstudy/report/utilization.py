@@ -1,18 +1,26 @@
 """How close each job came to the machine's limit: model FLOP/s (accelstudy.flops) over its
 measured window against the peak of what it held (accelstudy.peak), per job and per stage."""
 
+from pathlib import Path
+
 import pandas as pd
 
-JOB = ["stage", "system", "model", "task", "method", "protocol", "strategy", "attention"]
-JOB += ["cards", "devices", "compute_dtype"]
-SHOWN = {"achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s", "mfu": "MFU"}
+from accelstudy.report.pages import NOTES, Section, write_csv
+
+JOB = [
+    "stage", "system", "model", "task", "method", "protocol", "strategy", "attention", "cards",
+    "devices", "compute_dtype",
+]  # fmt: skip
+TFLOPS_COLUMNS = {
+    "achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s", "mfu": "MFU",
+}  # fmt: skip
 
 
 def per_job(records: pd.DataFrame) -> pd.DataFrame:
     """A row per record that ran: what it was, achieved and peak TFLOP/s, MFU, the peak's source."""
     ran = records[records["stage"] != "sensitivity"].dropna(subset=["achieved_tflops"])
     columns = [c for c in JOB if c in ran and ran[c].notna().any()]
-    table = ran[[*columns, *SHOWN, "peak_source"]].rename(columns=SHOWN)
+    table = ran[[*columns, *TFLOPS_COLUMNS, "peak_source"]].rename(columns=TFLOPS_COLUMNS)
     return table.rename(columns={"peak_source": "peak source"}).reset_index(drop=True)
 
 
@@ -31,3 +39,15 @@ def per_stage(records: pd.DataFrame) -> pd.DataFrame:
         source=("peak source", lambda s: "; ".join(dict.fromkeys(s))),
     )
     return table.reset_index()
+
+
+def sections(records: pd.DataFrame, tables: Path) -> list[Section]:
+    """Fraction of peak per stage and per job (tables/utilization.csv)."""
+    jobs = per_job(records)
+    write_csv(jobs, tables / "utilization.csv")
+    if jobs.empty:
+        return []
+    return [
+        Section("Fraction of peak (MFU), per stage", NOTES["utilization"], per_stage(records)),
+        Section("Fraction of peak (MFU), per job", "", jobs),
+    ]

@@ -1,0 +1,57 @@
+"""Each option's default lives in one place, the config schema: a copy of the project with
+two defaults changed there, and the CLI, the sweep point and the rules follow."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+from tests.conftest import ROOT, TINY_CONFIG
+
+CHANGED = {  # a line of the schema -> the same line with another default
+    "max_steps: { type: integer, minimum: 1, default: 10 }": "max_steps: { type: integer, minimum: 1, default: 7 }",
+    "group_size: { type: integer, minimum: 1, default: 128 }": "group_size: { type: integer, minimum: 1, default: 64 }",
+}  # fmt: skip
+READ_BACK = """
+import json
+from accelstudy import options
+from accelstudy.cli import build_parser
+from accelstudy.points import FinetunePoint
+flags = ["quantize", "--study", "s", "--system", "cpu", "--model-name", "m", "--task", "boolq",
+         "--data-source", "standin", "--recipe", "fake", "--model-dir", "m", "--data", "d",
+         "--settings", "{}", "--assignment", "a", "--out", "o"]
+print(json.dumps({"cli": build_parser().parse_args(flags).group_size,
+                  "point": FinetunePoint().max_steps, "schema": str(options.SCHEMAS)}))
+"""
+
+
+def test_changing_a_default_is_one_line_of_the_schema(tmp_path):
+    for part in ("workflow", "config", "resources"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "Snakefile", tmp_path / "Snakefile")
+    schema = tmp_path / "workflow" / "schemas" / "config.schema.yaml"
+    text = schema.read_text()
+    for line, changed in CHANGED.items():
+        assert text.count(line) == 1, line
+        text = text.replace(line, changed)
+    schema.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "workflow")}
+    read = subprocess.run([sys.executable, "-c", READ_BACK], env=env, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    assert json.loads(read.stdout) == {"cli": 64, "point": 7, "schema": str(schema.parent)}
+    config = json.loads(json.dumps(TINY_CONFIG))
+    del config["finetune"]["max_steps"]  # the study leaves both to their defaults
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(tmp_path / "Snakefile"), "--directory",
+           str(tmp_path), "--configfile", str(tmp_path / "study.yaml"), "-n", "-p"]  # fmt: skip
+    plan = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    quantize = [line for line in plan.stdout.splitlines() if "accelstudy quantize" in line]
+    finetune = [line for line in plan.stdout.splitlines() if "accelstudy finetune" in line]
+    assert quantize and all("--group-size 64 " in line for line in quantize)
+    assert finetune and all('"max_steps": 7' in line for line in finetune)

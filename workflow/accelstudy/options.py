@@ -1,0 +1,92 @@
+"""Each option's name, type, default and allowed values live in one place, the config schema
+(workflow/schemas/config.schema.yaml); the CLI's flags, the sweep points' and jobs' defaults
+and the rules (through the validated config) all read them from here, so changing a default
+is one line of the schema."""
+
+import json
+from functools import cache
+from typing import Any
+
+import yaml
+
+from accelstudy.paths import SCHEMAS
+from accelstudy.recipes import RECIPES
+from accelstudy.tasks import TASK_NAMES, TASKS
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
+    ptq = loaded["properties"]["ptq"]["properties"]
+    names = {"enum": list(TASK_NAMES)}
+    loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = names
+    ptq["recipes"]["items"] = {"enum": list(RECIPES)}
+    ptq["calibration_limit"]["properties"] = {
+        name: {"type": ["integer", "null"], "minimum": 1, "default": spec.calibration_limit}
+        for name, spec in TASKS.items()
+    }
+    per_task = {"enum": ["last", "first"], "default": "last"}
+    ptq["remainder"]["oneOf"][1]["properties"] = dict.fromkeys(TASK_NAMES, per_task)
+    return loaded
+
+
+def schema() -> dict[str, Any]:
+    """The config schema, its task names from the task registry (a copy: validation fills it)."""
+    return json.loads(json.dumps(_schema()))
+
+
+def node(path: str) -> dict[str, Any]:
+    """The schema of one option, by its config path ("ptq.fp8_format", "tasks.*.limit")."""
+    full = _schema()
+    found: dict[str, Any] = full
+    for key in path.split("."):
+        if "$ref" in found:
+            found = full["$defs"][found["$ref"].rsplit("/", 1)[1]]
+        found = found["additionalProperties"] if key == "*" else found["properties"][key]
+    return full["$defs"][found["$ref"].rsplit("/", 1)[1]] if "$ref" in found else found
+
+
+def filled(schema_node: dict[str, Any], value: Any) -> Any:
+    """`value` with every default of `schema_node` it lacks, nested objects too."""
+    if not isinstance(value, dict) or "properties" not in schema_node:
+        return value
+    out = dict(value)
+    for key, sub in schema_node["properties"].items():
+        if key in out:
+            out[key] = filled(sub, out[key])
+        elif "default" in sub:
+            out[key] = filled(sub, json.loads(json.dumps(sub["default"])))
+    return out
+
+
+def default(path: str) -> Any:
+    """An option's default, with the defaults inside it where it is a block."""
+    spec = node(path)
+    return filled(spec, json.loads(json.dumps(spec.get("default"))))
+
+
+def _boolean(text: str) -> bool:
+    return {"true": True, "false": False}[text.lower()]
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text in {"None", "null", ""} else int(text)
+
+
+def argument(path: str) -> dict[str, Any]:
+    """argparse keywords for an option: its type, default, allowed values and description."""
+    spec = node(path)
+    kind = spec.get("type")
+    readers = {"integer": int, "number": float, "boolean": _boolean, "string": str}
+    keywords: dict[str, Any] = {"default": default(path)}
+    if "enum" in spec:
+        keywords["choices"] = spec["enum"]
+    elif kind == ["integer", "null"]:
+        keywords["type"] = _optional_int
+    elif isinstance(kind, str) and kind in readers:
+        keywords["type"] = readers[kind]
+    elif kind in ("array", "object"):
+        keywords["type"] = json.loads
+    if "description" in spec:
+        keywords["help"] = spec["description"]
+    return keywords

@@ -1,0 +1,118 @@
+"""Records (one JSON per job) -> one tidy table: a row per record, its metrics as columns, with
+the scheduler's own figures beside the job's."""
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from accelstudy.accounting import ran_during
+
+SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
+RECORD_KEYS = ("study", "stage", "system", "device", "model", "task", "method")
+# a fine-tuning or SR3 point's parameters the tables group by, and the per-rank model-state bytes
+POINT_KEYS = ("strategy", "attention", "cards", "devices", "repeat", "seed", "max_steps")
+POINT_KEYS += ("per_device_batch", "grad_accum", "max_seq_length", "dtype")
+MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
+NAN = float("nan")
+
+
+def flatten(record: dict) -> dict:
+    """A record's table columns; numeric metrics (nested ones too) become metric_* columns."""
+    metrics, provenance = record["metrics"], record["provenance"]
+    primary = metrics.get("primary_metric")
+    rank0 = (metrics.get("model_state_bytes") or [{}])[0]
+    resumed = metrics.get("clean_measurement") is False  # shown, but its speed is not clean
+    row = {
+        **{key: record[key] for key in RECORD_KEYS},
+        "protocol": record.get("protocol", ""),
+        "data": SOURCE_LABELS.get(record["data_source"], record["data_source"]),
+        "metric": primary,
+        "value": metrics.get(primary) if primary else None,
+        "tokens_per_s": metrics.get("tokens_per_s", NAN),
+        "peak_memory_mib": round(metrics.get("peak_memory_bytes", NAN) / 2**20, 1),
+        "status": "ok-resumed" if resumed else metrics.get("status", ""),
+        "held_out_for": metrics.get("held_out_for", ""),
+        "peak_memory_method": metrics.get("peak_memory_method", ""),
+        **{key: record["parameters"].get(key) for key in POINT_KEYS},
+        "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),
+        "wall_time_s": metrics["wall_time_s"],
+        "losses": metrics.get("losses") if record["stage"] == "finetune" else None,
+        **energy_and_cost(record),
+        **utilization_columns(record),
+        "slurm_job": provenance.get("scheduler", {}).get("job_id", ""),
+        "finished_at": provenance.get("finished_at", ""),
+        **{key: provenance[key] for key in ("git_commit", "config_hash")},
+        "device_name": provenance["hardware"].get("device_name", ""),
+    }
+    for key, value in metrics.items():
+        for name, number in value.items() if isinstance(value, dict) else [("", value)]:
+            column = f"{key}_{name}" if name else key
+            if isinstance(number, int | float) and column not in row:
+                row[f"metric_{column}"] = number
+    return row
+
+
+def energy_and_cost(record: dict) -> dict:
+    """Energy's status and joules per token (or image); the charged units, their unit, and the
+    charge per 1M tokens (1k images) at the measured rate: units per hour over work per hour."""
+    energy, cost, metrics = record.get("energy") or {}, record.get("cost") or {}, record["metrics"]
+    row = {"energy": energy.get("status", "not recorded")}
+    row |= {f"j_per_{unit}": energy.get(f"j_per_{unit}", NAN) for unit in ("token", "image")}
+    row |= {"cost_units": cost.get("units", NAN), "cost_hours": cost.get("hours", NAN)}
+    row["cost_unit"] = cost.get("unit", cost.get("status", "not recorded"))
+    hourly = row["cost_units"] / row["cost_hours"] if row["cost_hours"] else NAN
+    row["cost_per_mtok"] = hourly / 3600 / metrics.get("tokens_per_s", NAN) * 1e6
+    row["cost_per_kimage"] = hourly / 3600 / metrics.get("images_per_s", NAN) * 1e3
+    return row
+
+
+def utilization_columns(record: dict) -> dict:
+    """The dtype that computed, achieved model TFLOP/s, the fraction of peak and its source."""
+    use = record.get("utilization") or {}
+    row = {
+        "compute_dtype": use.get("dtype") or "",
+        "peak_source": use.get("source", "not recorded"),
+    }
+    row["achieved_tflops"] = (use.get("achieved_flops_per_s") or NAN) / 1e12
+    row["peak_tflops"] = (use.get("flops_per_s") or NAN) / 1e12
+    return row | {"mfu": NAN if use.get("mfu") is None else use["mfu"]}
+
+
+def with_scheduler_figures(records: pd.DataFrame, accounted: dict[str, dict]) -> pd.DataFrame:
+    """`sacct`'s elapsed seconds and joules (accounting.query) beside the in-job figures, and
+    the charge over the elapsed time the scheduler saw, for a SLURM job that was one record's
+    alone (a group job's time is its records' together) and that ran when the record was written."""
+    jobs, written = records["slurm_job"], records["finished_at"]
+    alone = jobs.map(jobs.value_counts()) == 1
+    found = [
+        accounted[job] if one and job in accounted and ran_during(accounted[job], at) else {}
+        for job, one, at in zip(jobs, alone, written, strict=True)
+    ]
+    elapsed = pd.Series([f.get("elapsed_s", NAN) for f in found], index=records.index, dtype=float)
+    energy = [f.get("energy_j") or NAN for f in found]
+    records = records.assign(sacct_elapsed_s=elapsed, sacct_energy_j=energy)
+    scaled = elapsed.notna() & (records["cost_hours"] > 0)
+    per_hour = records["cost_units"] / records["cost_hours"]
+    records.loc[scaled, "cost_hours"] = elapsed[scaled] / 3600
+    records.loc[scaled, "cost_units"] = per_hour[scaled] * elapsed[scaled] / 3600
+    return records
+
+
+def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per record, with its path (files written beside it, such as SR3 samples)."""
+    paths = sorted(map(str, paths))
+    return pd.DataFrame([{**flatten(json.loads(Path(p).read_text())), "record": p} for p in paths])
+
+
+def joined(values: Iterable[str]) -> str:
+    """The distinct values in order of appearance, as "a, b"."""
+    return ", ".join(dict.fromkeys(values))
+
+
+def ours_note(runs: pd.DataFrame, ours: str, unit: str, standin: str, *after: str) -> str:
+    """What our numbers are: `ours`, then what CPU `unit`s and stand-in data mean where used."""
+    cpu = f"A {unit} is a CPU process (gloo), not an accelerator."
+    said = {cpu: runs["device"].eq("cpu").any(), standin: runs["data"].eq("stand-in").any()}
+    return " ".join([ours, *(text for text, used in said.items() if used), *after])

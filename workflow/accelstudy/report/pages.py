@@ -1,0 +1,75 @@
+"""The report's pages: headed sections (a note, a table, a figure) as index.html and report.md,
+the tables as CSV, every record as CSV and Parquet; and the prose notes.yaml holds."""
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from accelstudy.files import atomic_open
+
+NOTES = yaml.safe_load(Path(__file__).with_name("notes.yaml").read_text())  # the prose
+RECORDS = "All records: `tables/records.csv`, `tables/records.parquet`."
+STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto}
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}
+.note{background:#fff6d5;padding:8px}"""
+
+
+@dataclass(frozen=True)
+class Section:
+    """One heading of the report: a note, a table, a figure (a file under figures/)."""
+
+    title: str
+    note: str = ""
+    table: pd.DataFrame | None = None
+    figure: str = ""
+
+    def shown(self) -> pd.DataFrame:
+        """Blanks as "-", no columns name (to_html would show one as an empty first column)."""
+        return self.table.astype(object).fillna("-").rename_axis(columns=None)
+
+    def to_markdown(self) -> str:
+        table = "" if self.table is None else self.shown().to_markdown(index=False)
+        image = self.figure and f"![{self.title}](figures/{self.figure})"
+        return "\n\n".join(p for p in [f"## {self.title}", self.note, table, image] if p)
+
+    def to_html(self) -> str:
+        note = self.note and f'<p class="note">{html.escape(self.note)}</p>'
+        table = "" if self.table is None else self.shown().to_html(index=False, border=0)
+        src, alt = html.escape(f"figures/{self.figure}"), html.escape(self.title)
+        image = self.figure and f'<img src="{src}" alt="{alt}" width="100%">'
+        return "\n".join(p for p in [f"<h2>{alt}</h2>", note, table, image] if p)
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    with atomic_open(path) as handle:
+        frame.to_csv(handle, index=False)
+
+
+def write_records(records: pd.DataFrame, folder: Path) -> None:
+    write_csv(records, folder / "records.csv")
+    with atomic_open(folder / "records.parquet", "wb") as handle:
+        records.to_parquet(handle, index=False)
+
+
+def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:
+    """index.html and report.md of the sections; return index.html."""
+    markdown = "\n\n".join([f"# {title}", intro, *(s.to_markdown() for s in sections), RECORDS])
+    title = html.escape(title)
+    body = "".join(s.to_html() for s in sections)
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>{STYLE}</style></head><body>
+<h1>{title}</h1>
+<p>{html.escape(intro)}</p>
+{body}
+<p>All records: <code>tables/records.csv</code>, <code>tables/records.parquet</code>.</p>
+</body></html>
+"""
+    for name, text in (("report.md", markdown + "\n"), ("index.html", page)):
+        with atomic_open(report_dir / name) as handle:
+            handle.write(text)
+    return report_dir / "index.html"

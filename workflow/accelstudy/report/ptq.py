@@ -1,0 +1,377 @@
+"""Part 1 in the report: the FP32 baseline beside the published numbers, Table 1 (ours, then the
+published), Fig. 1 (per-target sensitivity) and quality against compression."""
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from accelstudy.paths import RESOURCES
+from accelstudy.points import bits_label
+from accelstudy.recipes import RECIPES
+from accelstudy.report.collect import NAN, joined
+from accelstudy.report.figures import draw, save
+from accelstudy.report.outputs import figure, output
+from accelstudy.report.pages import NOTES, Section, write_csv
+from accelstudy.tasks import TASK_NAMES, TASKS
+
+# the report's tables: ours beside the published numbers, in the paper's order and layout
+PERCENT_METRICS = {"accuracy"}
+PAPER_BITS = ["[16,8,4]", "[8,8,4]", "[8,4,4]"]
+# the recipes (ours by name, the published by method key) as the paper labels them
+RECIPE_LABELS = {name: recipe.label for name, recipe in RECIPES.items()}
+# a baseline by the dtype it ran in (evaluation.dtype): never "FP32" for a BF16 one
+BASELINE_LABELS = {"fp32": "FP32", "bfloat16": "BF16 baseline", "float16": "FP16 baseline"}
+PUBLISHED_REAL = {"bf16-fp8": "BF16/FP8", "fp16-int8": "FP16/INT8"}
+TIE_RULES = {"Gaudi2": "no", "A100": "yes"}  # how the authors' BoolQ scripts break ties
+TIED_TASKS = {"boolq"}
+# the authors' runs that gave the leftover layer to the first groups (8/7/7); all others: the last
+SPLITS_8_7_7 = {("Gaudi2", "hellaswag"), ("Gaudi2", "boolq")}
+COMPRESSION = "compression ×"
+PUBLISHED_FP32 = "published TinyLlama-1.1B FP32"
+BASELINE_COLUMNS = [
+    "model", "task", "protocol", "data", "metric", "ours", PUBLISHED_FP32, "tokens/s", "peak MiB",
+]  # fmt: skip
+# the published Table 1 as tidy rows
+PUBLISHED_LONG_COLUMNS = ["task", "system", "metric", "column", "value", "compression"]
+PUBLISHED_PANEL = "published: TinyLlama-1.1B (WikiText-2, HellaSwag, BoolQ)"
+TRADEOFF_COLUMNS = [
+    "panel",
+    "task",
+    "metric",
+    "compression",
+    "value",
+    "bit list",
+    "recipe / system",
+]
+# our columns and the published ones under the TRADEOFF_COLUMNS names
+OUR_TRADEOFF_NAMES = {
+    "metric_compression_ratio": "compression", "bits": "bit list", "recipe": "recipe / system",
+}  # fmt: skip
+PUBLISHED_TRADEOFF_NAMES = {"column": "bit list", "system": "recipe / system"}
+
+
+def collect_sensitivity(
+    tables: Iterable[str | Path], assignments: Iterable[str | Path]
+) -> pd.DataFrame:
+    """Sensitivity tables with the bits each bit list assigned (model, task from the paths)."""
+    specs: dict[tuple[str, str], list[dict]] = {}
+    for path in map(Path, assignments):
+        key = (path.parents[3].name, path.parents[2].name)
+        specs.setdefault(key, []).append(json.loads(path.read_text()))
+    frames = []
+    for path in map(Path, tables):
+        model, task = path.parents[2].name, path.parents[1].name
+        found = {bits_label(s["bits"]): s for s in specs.get((model, task), [])}
+        order = bit_order(found)
+        frame = pd.read_csv(path).assign(model=model, bit_lists=" / ".join(order))
+        targets = zip(frame["name"], frame["layer"], strict=True)
+        frame["bits"] = [" / ".join(str(_assigned(found[b], *t)) for b in order) for t in targets]
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _assigned(spec: dict, name: str, layer: int) -> int:
+    """The bits an assignment gives one pruned target (a layer, or a module of one)."""
+    return spec["module_bits"][name] if "module_bits" in spec else spec["layer_bits"][str(layer)]
+
+
+def load_published() -> pd.DataFrame:
+    return pd.read_csv(RESOURCES / "published.csv", dtype={"split": str})
+
+
+def bit_order(labels: Iterable[str]) -> list[str]:
+    """The paper's bit lists first, in its order; then the others as given (config order)."""
+    labels = list(dict.fromkeys(labels))
+    return [b for b in PAPER_BITS if b in labels] + [b for b in labels if b not in PAPER_BITS]
+
+
+def metric_label(metric: str, ties: str | None = None) -> str:
+    label = metric + (" %" if metric in PERCENT_METRICS else "")
+    return f"{label} (ties {ties})" if ties else label
+
+
+def display(metric: str, value: float) -> float:
+    return round(value * 100, 2) if metric in PERCENT_METRICS else round(value, 3)
+
+
+def metric_rows(record: pd.Series) -> list[tuple[str, float, str | None]]:
+    """(label, shown value, the published system beside it; None: all) per record number."""
+    ties = {s: record.get(f"metric_acc_ties_{rule}") for s, rule in TIE_RULES.items()}
+    if all(pd.notna(v) for v in ties.values()):
+        label = {s: metric_label("accuracy", rule) for s, rule in TIE_RULES.items()}
+        return [(label[s], display("accuracy", v), s) for s, v in ties.items()]
+    return [(metric_label(record["metric"]), display(record["metric"], record["value"]), None)]
+
+
+def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, task, protocol, data, metric): our FP32 number and the published."""
+    pub = published[published["table"] == "baseline"]
+    rows = []
+    for _, r in records[records["stage"] == "baseline"].iterrows():
+        match = pub[(pub["task"] == r["task"]) & (pub["protocol"] == r["protocol"])]
+        for label, value, system in metric_rows(r):
+            shown = match if system is None else match[match["system"] == system]
+            theirs = zip(shown["value"], shown["system"], shown["split"], strict=True)
+            text = "; ".join(f"{v:g} ({s}, {split})" for v, s, split in theirs) or "-"
+            numbers = [label, value, text, round(r["tokens_per_s"], 1), r["peak_memory_mib"]]
+            rows.append([*r[BASELINE_COLUMNS[:4]], *numbers, r["device"]])
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows, columns=[*BASELINE_COLUMNS, "device"])
+    return table.sort_values(BASELINE_COLUMNS[:3]).reset_index(drop=True)
+
+
+def _wide(long: list[dict], index: list[str], columns: Sequence[str]) -> pd.DataFrame:
+    """Long rows -> a row per index (in order), the given columns; no columns name."""
+    if not long:
+        return pd.DataFrame()
+    frame = pd.DataFrame(long)
+    rows = pd.MultiIndex.from_frame(frame[index].drop_duplicates())
+    wide = frame.pivot_table(index=index, columns="column", values="value", aggfunc="first")
+    wide = wide.reindex(index=rows, columns=[c for c in columns if c in wide.columns])
+    return wide.rename_axis(columns=None).reset_index()
+
+
+def _quantized(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Baseline (paper protocol) and quantized records with recipe, bit list, Table 1 column."""
+    fp32 = records[(records["stage"] == "baseline") & (records["protocol"] == "paper")]
+    label = fp32["method"].replace(BASELINE_LABELS)
+    fp32 = fp32.assign(column=label, bits=label, recipe=label, metric_compression_ratio=1.0)
+    quantized = records[records["stage"] == "quantized"]
+    method = quantized["method"].str.split(" ")
+    recipe, bits = method.str[0].map(lambda r: RECIPE_LABELS.get(r, r)), method.str[1]
+    column = bits.where(recipe == RECIPE_LABELS["fake"], recipe + " " + bits)
+    return fp32, quantized.assign(recipe=recipe, bits=bits, column=column)
+
+
+def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame:
+    """Table 1, ours: a row per (model, data, task, metric) and a compression row."""
+    fp32, quantized = _quantized(records)
+    order = bit_order([*bit_lists, *quantized["bits"]])
+    real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
+    bases = [label for label in BASELINE_LABELS.values() if label in set(fp32["column"])]
+    columns = [*bases, *order, *(f"{label} {b}" for label in real for b in order)]
+    long = []
+    for (model, data, task), group in quantized.groupby(["model", "data", "task"]):
+        key = {"model": model, "data": data, "task": task}
+        both = pd.concat([fp32[(fp32["model"] == model) & (fp32["task"] == task)], group])
+        for _, r in both.iterrows():
+            for label, value, _ in metric_rows(r):
+                long.append({**key, "metric": label, "column": r["column"], "value": value})
+        ratios = zip(both["column"], both["metric_compression_ratio"].round(3), strict=True)
+        long += [{**key, "metric": COMPRESSION, "column": c, "value": v} for c, v in ratios]
+    return _wide(long, ["model", "data", "task", "metric"], columns)
+
+
+def published_long(published: pd.DataFrame) -> pd.DataFrame:
+    """The published Table 1 as tidy rows, FP32 included, BoolQ labelled with its tie rule."""
+    table = published[published["table"] == "table1"]
+    base = published[(published["table"] == "baseline") & (published["protocol"] == "paper")]
+    ratios = published[published["table"] == "compression"].set_index(["system", "method"])
+    rows = []
+    for (task, system, split), group in table.groupby(["task", "system", "split"], sort=False):
+        fp32 = base[(base["task"] == task) & (base["split"] == split)]
+        first = fp32.loc[fp32["system"].isin([system, "paper"]), "value"].iloc[0]
+        ties = TIE_RULES[system] if task in TIED_TASKS else None
+        metric = metric_label(group["metric"].iloc[0], ties)
+        percentile = f"percentile {'8/7/7' if (system, task) in SPLITS_8_7_7 else '7/7/8'}"
+        for method, value in [("FP32", first), *zip(group["method"], group["value"], strict=True)]:
+            ratio = 1.0 if method == "FP32" else ratios["value"].get((percentile, method), NAN)
+            rows.append((task, system, metric, PUBLISHED_REAL.get(method, method), value, ratio))
+    return pd.DataFrame(rows, columns=PUBLISHED_LONG_COLUMNS)
+
+
+def published_table1(published: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 as published (TinyLlama-1.1B, Gaudi2 / A100), with the compression rows."""
+    ratios = published[published["table"] == "compression"].rename(columns={"method": "column"})
+    fp32 = pd.DataFrame({"system": ratios["system"].unique(), "column": "FP32", "value": 1.0})
+    compression = pd.concat([fp32, ratios[fp32.columns]]).assign(task="all", metric=COMPRESSION)
+    long = [*published_long(published).to_dict("records"), *compression.to_dict("records")]
+    columns = ["FP32", *PAPER_BITS, *PUBLISHED_REAL.values()]
+    return _wide(long, ["task", "metric", "system"], columns)
+
+
+def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """Quality against compression per (bit list, recipe), ours then the published."""
+    fp32, quantized = _quantized(records)
+    keys = quantized[["model", "task"]].drop_duplicates()
+    ours = pd.concat([fp32.merge(keys), quantized])
+    pub = published_long(published).dropna(subset=["compression"])
+    pub = pub[pub["task"].isin(keys["task"])]
+    shown = [display(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)]
+    panel = "ours: " + ours["model"] + " (" + ours["data"] + " data)"
+    mine = ours.assign(panel=panel, metric=ours["metric"].map(metric_label), value=shown)
+    metric = pub["metric"].str.replace(r" \(ties \w+\)", "", regex=True)
+    theirs = pub.assign(panel=PUBLISHED_PANEL, metric=metric)
+    frames = [
+        mine.rename(columns=OUR_TRADEOFF_NAMES),
+        theirs.rename(columns=PUBLISHED_TRADEOFF_NAMES),
+    ]
+    return pd.concat([frame[TRADEOFF_COLUMNS] for frame in frames], ignore_index=True)
+
+
+BASELINES = list(BASELINE_LABELS.values())
+
+
+def baseline_figure(records: pd.DataFrame) -> plt.Figure:
+    """Left: the primary metric per task and protocol; right: evaluation throughput."""
+    data = records[records["stage"] == "baseline"].copy()
+    data["label"] = data["task"] + "\n(" + data["protocol"] + ", " + data["data"] + ")"
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    accuracy = data[data["metric"] == "accuracy"]
+    if not accuracy.empty:
+        sns.barplot(data=accuracy, x="label", y="value", hue="model", ax=axes[0])
+        dtypes = ", ".join(accuracy["method"].map(lambda m: BASELINE_LABELS.get(m, m)).unique())
+        axes[0].set(ylabel="accuracy", ylim=(0, 1), title=f"Multiple-choice accuracy ({dtypes})")
+        axes[0].axhline(0.25, ls=":", c="grey")
+    sns.barplot(data=data, x="label", y="tokens_per_s", hue="model", ax=axes[1])
+    axes[1].set(ylabel="tokens / s", title="Evaluation throughput")
+    for ax in axes:
+        ax.set_xlabel("")
+        ax.tick_params(axis="x", labelsize=8)
+    return fig
+
+
+def _grid(frame: pd.DataFrame, by: str, rows: list[str], size: tuple[float, float]) -> tuple:
+    """A row of panels per `by` value, a column per task; (figure, non-empty panels)."""
+    tasks = sorted(frame["task"].unique(), key=TASK_NAMES.index)
+    figsize = (size[0] * len(tasks), size[1] * len(rows))
+    fig, axes = plt.subplots(len(rows), len(tasks), squeeze=False, figsize=figsize)
+    panels = []
+    for row_axes, key in zip(axes, rows, strict=True):
+        for ax, task in zip(row_axes, tasks, strict=True):
+            part = frame[(frame[by] == key) & (frame["task"] == task)]
+            if part.empty:
+                ax.set_axis_off()
+            else:
+                panels.append((ax, key, task, part))
+    return fig, panels
+
+
+def fig1(frame: pd.DataFrame, calibration: Mapping[str, int | None]) -> plt.Figure:
+    """Fig. 1: a row per model, tasks side by side; colour: the bits each bit list assigned."""
+    fig, panels = _grid(frame, "model", sorted(frame["model"].unique()), (6.5, 4.2))
+    for ax, model, task, part in panels:
+        spec, limit = TASKS[task], calibration.get(task)
+        cost = f"{spec.metric.name} {'increase' if spec.metric.lower_is_better else 'drop'}"
+        sample = f"calibration: {'all' if limit is None else limit} {spec.calibration_unit}"
+        levels = sorted(part["bits"].unique(), key=lambda b: [-int(x) for x in b.split(" / ") if x])
+        palette = dict(zip(levels, sns.color_palette("viridis", len(levels)), strict=True))
+        bars = {"hue": "bits", "hue_order": levels, "palette": palette, "dodge": False}
+        sns.barplot(data=part, x="name", y="score", ax=ax, **bars)
+        ax.legend(title=f"bits under {part['bit_lists'].iloc[0]}", fontsize=7, title_fontsize=7)
+        ax.set(xlabel="pruned target", ylabel=f"sensitivity: {cost}")
+        ax.tick_params(axis="x", rotation=90, labelsize=7)
+        ax.set_title(f"{model}, {task}: {cost} when pruned\n{sample}", fontsize=10)
+    return fig
+
+
+def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
+    """Quality against compression; published points in their own row, never on our axes."""
+    lists = bit_order(b for b in points["bit list"] if b not in BASELINES)
+    palette = dict.fromkeys(BASELINES, "black")
+    palette |= dict(zip(lists, sns.color_palette("tab10"), strict=False))
+    styles = list(dict.fromkeys([*BASELINES, *points["recipe / system"]]))
+    markers = dict(zip(styles, "*oXs^DvPp", strict=False))
+    dots = dict(x="compression", y="value", hue="bit list", style="recipe / system", s=90)
+    fig, panels = _grid(points, "panel", list(dict.fromkeys(points["panel"])), (5.5, 4))
+    for ax, panel, task, part in panels:
+        bases = part[part["bit list"].isin(BASELINES)][:1]
+        for label, value in zip(bases["bit list"], bases["value"], strict=True):
+            ax.axhline(value, ls=":", c="grey", label=f"{label} level")
+        hues = [b for b in palette if b in set(part["bit list"])]
+        sns.scatterplot(part, hue_order=hues, palette=palette, markers=markers, ax=ax, **dots)
+        ax.set(xlabel="compression ratio (FP32 = 1)", ylabel=part["metric"].iloc[0])
+        ax.set_title(f"{task}: {panel}", fontsize=10)
+        ax.legend(fontsize=7)
+    return fig
+
+
+PUBLISHED_TITLE = (
+    "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
+)
+
+
+def sections(
+    records: pd.DataFrame,
+    folder: Path,
+    sensitivity: Iterable[str | Path] = (),
+    assignments: Iterable[str | Path] = (),
+    calibration: Mapping[str, int | None] | None = None,
+    bit_lists: Sequence[Sequence[int]] = (),
+) -> list[Section]:
+    """The baseline and, where PTQ ran, Table 1 (ours, then the published), Fig. 1 and the
+    trade-off; their tables and figures are written in every study (the rule declares them)."""
+    published = load_published()
+    baseline = baseline_table(records, published)
+    ours = table1(records, [bits_label(b) for b in bit_lists])
+    theirs = published_table1(published)
+    for table, name in [
+        (baseline, "baseline_table"),
+        (ours, "table1"),
+        (theirs, "table1_published"),
+    ]:
+        write_csv(table, output(folder, name))
+    save(baseline_figure(records), output(folder, "baseline_figure"))
+    sensitive = collect_sensitivity(sensitivity, assignments)
+    empty = "no sensitivity tables in this study"
+    draw(output(folder, "fig1"), empty, fig1, sensitive, calibration or {})
+    empty = "no quantized records in this study"
+    points = tradeoff_points(records, published)
+    draw(output(folder, "tradeoff"), empty, tradeoff_figure, points)
+    standin = NOTES["standin"] if (records["data"] == "stand-in").any() else ""
+    shown = [
+        Section(
+            "Baseline (FP32) beside the published numbers",
+            standin,
+            baseline,
+            figure("baseline_figure"),
+        )
+    ]
+    if ours.empty:
+        return shown
+    quantized = records[records["stage"] == "quantized"]
+    measured_on = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
+    return [
+        *shown,
+        Section(f"Table 1, ours ({measured_on} data): mixed-precision PTQ", NOTES["table1"], ours),
+        Section(PUBLISHED_TITLE, NOTES["published"], theirs),
+        Section("Fig. 1: pruning sensitivity, tasks side by side", figure=figure("fig1")),
+        Section("Quality against compression", NOTES["tradeoff"], figure=figure("tradeoff")),
+    ]
+
+
+TABLE1_ROWS = ["model", "data", "task", "metric"]
+EVALUATION_KEYS = ["stage", "model", "task", "method"]
+
+
+def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
+    """`compare`: Table 1 by system beside the published, quality against compression, tokens/s."""
+    if not matched["stage"].eq("quantized").any():
+        return []
+    published = load_published()
+    by_system = matched.groupby("system", sort=False)
+    # each system's Table 1 side by side (never none: some system has quantized records)
+    ours = {system: table1(part) for system, part in by_system}
+    ours = [t.set_index(TABLE1_ROWS).add_prefix(f"{s}: ") for s, t in ours.items() if not t.empty]
+    table1 = pd.concat(ours, axis=1).reset_index()
+    points = [tradeoff_points(part, published).assign(system=s) for s, part in by_system]
+    points = pd.concat(points)
+    points = points[points["panel"].str.startswith("ours")]
+    style = {"hue": "system", "style": "bit list", "col": "task", "kind": "scatter", "s": 90}
+    grid = sns.relplot(points, x="compression", y="value", facet_kws={"sharey": False}, **style)
+    for ax, (_, part) in zip(grid.axes.flat, points.groupby("task", sort=False), strict=False):
+        ax.set(xlabel="compression ratio (FP32 = 1)", ylabel=part["metric"].iloc[0])
+    save(grid.figure, folder / figure("tradeoff"))
+    evaluated = matched[matched["stage"].isin(["baseline", "quantized"])]
+    speed = evaluated.pivot_table("tokens_per_s", EVALUATION_KEYS, "system", "median")
+    return [
+        Section("Table 1 by system: mixed-precision PTQ", "", table1),
+        Section("Table 1, published (Gaudi2 / A100)", "", published_table1(published)),
+        Section("Quality against compression, by system", "", figure=figure("tradeoff")),
+        Section("Evaluation tokens/s by system and recipe", "", speed.round(1).reset_index()),
+    ]
