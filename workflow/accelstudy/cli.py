@@ -45,9 +45,9 @@ def _unlock_if_stale() -> None:
 def _probe(threads: list[int]) -> None:
     import os
 
-    from accelstudy.peak import probe
+    from accelstudy.peak import cpu_model_and_flags, probe
 
-    model = __import__("accelstudy.peak").peak.cpu_model_and_flags()[0]
+    model = cpu_model_and_flags()[0]
     for count in sorted(set(threads or [1, os.cpu_count() or 1])):
         rates = probe(count)["flops_per_s"]
         shown = ", ".join(f"{dtype} {rate / 1e9:.1f}" for dtype, rate in rates.items())

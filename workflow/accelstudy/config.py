@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 
@@ -19,7 +19,7 @@ LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 NAME_CHARACTERS = "names may use letters, digits, '_', '.', '-'"
 
 
-def _with_defaults(validator_class: type) -> type:
+def _with_defaults(validator_class: Any) -> Any:
     """A jsonschema validator that fills in `default` values while validating."""
     validate_properties = validator_class.VALIDATORS["properties"]
 
@@ -35,19 +35,20 @@ def _with_defaults(validator_class: type) -> type:
 
 def _explain(error: jsonschema.ValidationError) -> str:
     key = ".".join(str(p) for p in error.absolute_path) or "<top level>"
-    kind, value, why = error.validator, error.instance, error.message
+    kind, why, value = error.validator, error.message, cast(Any, error.instance)
+    schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
     if kind == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
+        allowed = sorted(schema.get("properties", {}))
         why = f"unknown key(s) {sorted(set(value) - set(allowed))}; allowed keys are {allowed}"
     elif kind == "propertyNames":
-        names = error.schema.get("propertyNames", {})
+        names = schema.get("propertyNames", {})
         why += "; " + (f"expected one of {names['enum']}" if "enum" in names else NAME_CHARACTERS)
     elif kind == "enum":
         why = f"{value!r} is not one of {error.validator_value}"
     elif kind == "type":
         why = f"expected {error.validator_value}, got {type(value).__name__} {value!r}"
-    elif kind == "oneOf" and "description" in error.schema:
-        why = f"{value!r} is not valid; expected {error.schema['description']}"
+    elif kind == "oneOf" and "description" in schema:
+        why = f"{value!r} is not valid; expected {schema['description']}"
     return f"config key '{key}': {why}"
 
 
@@ -65,7 +66,8 @@ def _coerce(value: Any, node: dict[str, Any], defs: dict[str, Any]) -> Any:
     if not isinstance(value, str):
         return value
     types = node.get("type", [])
-    readings = {"null": {"null": None}, "boolean": {"true": True, "false": False}}
+    readings: dict[str, dict[str, Any]] = {"null": {"null": None}}
+    readings["boolean"] = {"true": True, "false": False}
     for kind in [types] if isinstance(types, str) else types:
         if value in readings.get(kind, {}):
             return readings[kind][value]
@@ -116,7 +118,7 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
         path = model["path"]
         problem = f"directory '{path}' does not exist; give a saved Hugging Face model directory"
         require((base / path).is_dir(), f"{key}.path", problem)
-    gguf = model.get("gguf_file")
+    gguf = model.get("gguf_file") or ""
     if source == "gguf" and gguf != "embedded":
         problem = f"file '{gguf}' does not exist; give a .gguf path or 'embedded'"
         require((base / gguf).is_file(), f"{key}.gguf_file", problem)

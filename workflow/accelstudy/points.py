@@ -8,18 +8,19 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NamedTuple, Self
+from typing import Any, ClassVar, NamedTuple, Self
 
 from accelstudy import options
 
 
+@dataclass(frozen=True)
 class Point:
     """JSON in, JSON out: what a rule passes and what a record keeps as `parameters`."""
 
-    OPTIONAL: tuple[str, ...] = ()  # fields left out of the JSON while None
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()  # fields left out of the JSON while None
 
     def as_dict(self) -> dict[str, Any]:
-        values = dataclasses.asdict(self)  # type: ignore[call-overload]
+        values = dataclasses.asdict(self)
         return {k: v for k, v in values.items() if not (k in self.OPTIONAL and v is None)}
 
     def to_json(self) -> str:
@@ -31,10 +32,10 @@ class Point:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Self:
-        return cls(**values)  # type: ignore[call-arg]
+        return cls(**values)
 
     def replace(self, **changes: Any) -> Self:
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+        return dataclasses.replace(self, **changes)
 
 
 _default = options.default  # a field's default: the schema's (a block's: made anew per point)
@@ -82,7 +83,7 @@ class FinetunePoint(Point):
     zero3_persistence_threshold: int | None = _default("finetune.zero3_persistence_threshold")
     device: str | None = None  # the ranks' device kind; None: detect
 
-    OPTIONAL = ("zero3_persistence_threshold", "device")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("zero3_persistence_threshold", "device")
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Self:
@@ -122,7 +123,7 @@ class DiffusionPoint(Point):
     quality: dict[str, Any] = field(default_factory=partial(_default, "diffusion.quality"))
     device: str | None = None
 
-    OPTIONAL = ("device",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("device",)
 
 
 # the fields a point takes from its config block (the rest: wildcards, seed, data, device)
@@ -177,4 +178,4 @@ def finetune_point(config: Mapping[str, Any], wildcards: Any, data_file: str) ->
 def diffusion_point(config: Mapping[str, Any], wildcards: Any) -> DiffusionPoint:
     values = {key: config["diffusion"][key] for key in DIFFUSION_KEYS}
     cell = {"devices": int(wildcards.devices), "repeat": int(wildcards.repeat)}
-    return DiffusionPoint(**values, **cell, seed=config["seed"])
+    return DiffusionPoint.from_dict({**values, **cell, "seed": config["seed"]})

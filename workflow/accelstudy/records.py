@@ -86,7 +86,8 @@ def scheduler_context(environ: dict[str, str] | None = None) -> dict[str, str]:
 def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: float) -> dict:
     import torch
 
-    hardware = {"device_kind": device_kind, "device_name": device_name, "host": platform.node()}
+    hardware: dict[str, Any] = {"device_kind": device_kind, "device_name": device_name}
+    hardware["host"] = platform.node()
     hardware |= {"machine": platform.machine(), "cpu_count": os.cpu_count()}
     cpu_model, flags = peak.cpu_model_and_flags()
     hardware |= {"cpu_model": cpu_model, "cpu_flags": sorted(peak.SHOWN_FLAGS & set(flags))}
@@ -184,10 +185,7 @@ class Job:
         block = {"dtype": dtype, "dtype_reason": reason, "flops_per_unit": flops_per_unit}
         if dtype is None or not rate or flops_per_unit is None:
             return {**block, "status": "unknown", "source": "no FLOP count or rate", "mfu": None}
-        try:
-            limit = peak.peak(self.system, self.device.kind, dtype, *self.ranks_and_threads())
-        except (OSError, RuntimeError, ValueError) as error:  # the record outlives a failed probe
-            return {**block, "status": "error", "source": str(error), "mfu": None}
+        limit = peak.peak(self.system, self.device.kind, dtype, *self.ranks_and_threads())
         return {**block, **peak.utilization(limit, rate * flops_per_unit)}
 
     def measure_energy(self) -> None:
@@ -209,7 +207,8 @@ class Job:
 
     def write(self, measured: Record) -> dict[str, Any]:
         """Write this job's record (the one writer every stage calls) and return it."""
-        record = {"stage": measured.stage, "study": self.study, "system": self.system.name}
+        record: dict[str, Any] = {"stage": measured.stage, "study": self.study}
+        record["system"] = self.system.name
         record |= {"device": self.device.kind, "model": measured.model, "task": measured.task}
         record |= {"method": measured.method, "data_source": measured.data_source}
         if measured.protocol is not None:

@@ -196,7 +196,7 @@ class StudyTargets:
         def resource(key: str) -> Callable[[Any], Any]:
             return lambda w: self.point_layout(w)[key]
 
-        layout = {key: resource(key) for key in ("gpu", "gaudi", "nodes", "mpi")}
+        layout: dict[str, Any] = {key: resource(key) for key in ("gpu", "gaudi", "nodes", "mpi")}
         layout["tasks"] = resource("nodes")
         layout["tasks_per_gpu"] = 0  # the plugin would otherwise read `tasks` as tasks per GPU
         layout["gres"] = resource("gres")

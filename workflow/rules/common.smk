@@ -4,6 +4,7 @@ import os
 
 from accelstudy.errors import StudyError
 from accelstudy.paths import export_for_jobs
+from accelstudy.report.outputs import OUTPUTS
 from accelstudy.site import check_profile
 from accelstudy.study import validate_study
 from accelstudy.targets import StudyTargets
@@ -24,6 +25,15 @@ COMPARE = config["compare"]
 # `--software-deployment-method conda` builds the environment the system's device needs (Gaudi
 # jobs run in their container: envs/gaudi)
 CONDA_ENV = f"../../envs/{'cuda' if SYSTEM.device == 'cuda' else 'cpu'}.yaml"
+
+
+def captioned(name):
+    """A table or figure of the report (accelstudy.report.outputs), captioned for
+    `snakemake --report` by workflow/report/<name>.rst."""
+    path, category = OUTPUTS[name]
+    return report(
+        f"{RESULTS}/{path}", caption=f"../report/{name}.rst", category=category
+    )
 
 
 # Small CPU jobs run beside Snakemake (a login node under SLURM), not as batch jobs.

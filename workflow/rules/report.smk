@@ -1,15 +1,3 @@
-from accelstudy.report.outputs import OUTPUTS
-
-
-def captioned(name):
-    """A table or figure of the report (accelstudy.report.outputs), captioned for
-    `snakemake --report` by workflow/report/<name>.rst."""
-    path, category = OUTPUTS[name]
-    return report(
-        f"{RESULTS}/{path}", caption=f"../report/{name}.rst", category=category
-    )
-
-
 # Every record into one table, the figures and the report.
 rule report:
     input:
