@@ -240,7 +240,7 @@ def test_the_papers_network_is_sr3s_size():
             },
             256,
         )
-    assert 500e6 < sr3.parameter_count(unet) < 650e6
+    assert 500e6 < unet.num_parameters() < 650e6
     assert [type(b).__name__ for b in unet.down_blocks].index("AttnDownBlock2D") == 4
 
 

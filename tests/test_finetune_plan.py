@@ -4,6 +4,7 @@ the sweep's checks; the launcher's command lines per site."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from accelstudy import launch, ranks
@@ -245,7 +246,7 @@ def test_launch_lines_per_site(monkeypatch):
     multi = launch.command(voyager, 16, "w", args)
     assert multi[:7] == ["mpirun", "-n", "16", "--hostfile", "/etc/mpi/hostfile", "--npernode", "8"]
     with pytest.raises(ValueError, match="only a SLURM allocation"):
-        launch.command(load_system("cpu").replace(cards_per_node=1, nodes=4), 2, "w", args)
+        launch.command(replace(load_system("cpu"), cards_per_node=1, nodes=4), 2, "w", args)
 
 
 def test_mpi_ranks_get_torch_variables():

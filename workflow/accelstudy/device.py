@@ -20,9 +20,9 @@ def hpu_available() -> bool:
     """True when Habana's PyTorch bridge is installed and sees a Gaudi card."""
     if importlib.util.find_spec("habana_frameworks") is None:
         return False
-    import habana_frameworks.torch as htorch  # noqa: F401  (registers the hpu device)
+    import habana_frameworks.torch.hpu as hthpu  # (its package registers the hpu device)
 
-    return bool(torch.hpu.is_available())
+    return bool(hthpu.is_available())
 
 
 def host_peak_rss() -> int:
@@ -73,11 +73,9 @@ class Device:
             htcore.mark_step()
 
     def name(self) -> str:
-        return self.label or (self._backend.get_device_name() if self._backend else cpu_name())
-
-
-def cpu_name() -> str:
-    return cpu_model_and_flags()[0] or platform.processor() or platform.machine()
+        if self.label or self._backend:
+            return self.label or self._backend.get_device_name()
+        return cpu_model_and_flags()[0] or platform.processor() or platform.machine()
 
 
 def resolve(kind: str = "auto") -> Device:

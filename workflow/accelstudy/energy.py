@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,14 @@ from accelstudy.errors import StudyError
 
 RAPL = Path("/sys/class/powercap")
 SOURCES = ("nvml", "hlml", "hl-smi", "rapl")
-Counter = Callable[[], float]  # joules since some fixed point (a driver load, a boot)
+EnergyCounter = Callable[[], float]  # joules since some fixed point (a driver load, a boot)
 
 
 class EnergySourceError(StudyError):
     """A source the system file names is not readable on this node."""
 
 
-def nvml_counter(index: int) -> Counter:
+def nvml_counter(index: int) -> EnergyCounter:
     """This process's CUDA device `index` (through CUDA_VISIBLE_DEVICES, by index or UUID):
     nvmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded."""
     import pynvml
@@ -37,7 +38,7 @@ def nvml_counter(index: int) -> Counter:
     return lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3
 
 
-def hlml_counter(index: int) -> Counter:
+def hlml_counter(index: int) -> EnergyCounter:
     """Gaudi module `index`: hlmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded."""
     import pyhlml
 
@@ -58,8 +59,7 @@ class HlSmiPower:
         self.index, self.lock, self.stopped = index, threading.Lock(), threading.Event()
         self.at, self.power, self.joules = time.perf_counter(), self.watts(), 0.0
         self.failed: Exception | None = None
-        sampler = threading.Thread(target=self.sample, args=(period_s,), daemon=True)
-        sampler.start()
+        threading.Thread(target=self.sample, args=(period_s,), daemon=True).start()
 
     def watts(self) -> float:
         listed = subprocess.run(self.QUERY, capture_output=True, text=True, check=True, timeout=30)
@@ -93,24 +93,24 @@ class HlSmiPower:
         self.stopped.set()
 
 
-def rapl_counters(root: Path | None = None) -> list[Counter]:
+def rapl_counters(root: Path | None = None) -> list[EnergyCounter]:
     """One per CPU package (intel-rapl:N, also AMD's): energy_uj where this user may read it."""
     root = root or RAPL
     zones = sorted(root.glob("intel-rapl:*")) if root.is_dir() else []
     files = [z / "energy_uj" for z in zones if z.name.count(":") == 1]  # not :0:0, a subzone
-    return [lambda f=f: int(f.read_text()) / 1e6 for f in files if os.access(f, os.R_OK)]
+    return [partial(lambda f: int(f.read_text()) / 1e6, f) for f in files if os.access(f, os.R_OK)]
 
 
-CARD_COUNTERS = {  # per device kind, in order of preference
-    "cuda": [("nvml", nvml_counter)],
-    "hpu": [("hlml", hlml_counter), ("hl-smi", HlSmiPower)],
+CARD_COUNTERS: dict[str, dict[str, Callable[[int], EnergyCounter]]] = {  # in order of preference
+    "cuda": {"nvml": nvml_counter},
+    "hpu": {"hlml": hlml_counter, "hl-smi": HlSmiPower},
 }
 
 
-def card_counter(device_kind: str, index: int) -> tuple[str, Counter] | str:
+def card_counter(device_kind: str, index: int) -> tuple[str, EnergyCounter] | str:
     """The first of the card's counters that reads (its source and it), or why none does."""
     failed = []
-    for source, make in CARD_COUNTERS.get(device_kind, []):
+    for source, make in CARD_COUNTERS.get(device_kind, {}).items():
         try:
             counter = make(index)
             counter()
@@ -129,15 +129,13 @@ class EnergyMeter:
     def __init__(
         self, device_kind: str, card_index: int | None, package: bool, required: tuple = ()
     ) -> None:
-        self.counters: dict[str, list[Counter]] = {}
+        self.counters: dict[str, list[EnergyCounter]] = {}
         self.failed = ""
         why_not: dict[str, str] = {}
         if card_index is not None:
             card = card_counter(device_kind, card_index)
             if isinstance(card, str):  # any of the card's sources the system file requires
-                why_not |= {
-                    name: card for name, _ in CARD_COUNTERS.get(device_kind, [("card", None)])
-                }
+                why_not = dict.fromkeys(list(CARD_COUNTERS.get(device_kind, {})) or ["card"], card)
             else:
                 self.counters[card[0]] = [card[1]]
         if package and (found := rapl_counters()):
@@ -202,10 +200,9 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"status": "ok", "sources": sources}
     for window in ("job", "measured"):
         if all(f"{window}_j" in p for p in measured):
-            sums: dict[str, float] = {}
-            for part in measured:
-                for source, joules in part[f"{window}_j"].items():
-                    sums[source] = sums.get(source, 0.0) + joules
+            parts = [p[f"{window}_j"] for p in measured]
+            keys = dict.fromkeys(source for part in parts for source in part)  # first seen first
+            sums = {source: sum(part.get(source, 0.0) for part in parts) for source in keys}
             sums["total"] = sum(sums.values())
             out[f"{window}_j"] = {source: round(joules, 3) for source, joules in sums.items()}
             out[f"{window}_s"] = round(max(p[f"{window}_s"] for p in measured), 3)

@@ -25,10 +25,9 @@ def _shape(config: Mapping[str, Any]) -> tuple[int, int, int, int, int, int, int
 def linear_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     """A decoder layer's linears as (in, out), Llama's names."""
     hidden, heads, kv_heads, head_dim, inter, _, _ = _shape(config)
-    attention = {"q_proj": heads * head_dim, "k_proj": kv_heads * head_dim}
-    attention |= {"v_proj": kv_heads * head_dim}
-    shapes = {name: (hidden, out) for name, out in attention.items()}
-    shapes["o_proj"] = (heads * head_dim, hidden)
+    query, key_value = heads * head_dim, kv_heads * head_dim
+    shapes = {"q_proj": (hidden, query), "k_proj": (hidden, key_value)}
+    shapes |= {"v_proj": (hidden, key_value), "o_proj": (query, hidden)}
     shapes |= {"gate_proj": (hidden, inter), "up_proj": (hidden, inter)}
     return shapes | {"down_proj": (inter, hidden)}
 
@@ -48,7 +47,7 @@ def attention_forward(config: Mapping[str, Any], squared_lengths: int) -> int:
 
 def lora_forward(config: Mapping[str, Any], rank: int, targets: tuple[str, ...]) -> int:
     """Forward FLOPs per token of the LoRA adapters (A: in -> r, B: r -> out) on `targets`."""
-    shapes, layers = linear_shapes(config), _shape(config)[5]
+    shapes, layers = linear_shapes(config), config["num_hidden_layers"]
     return 2 * layers * sum(rank * sum(shapes[name]) for name in targets if name in shapes)
 
 

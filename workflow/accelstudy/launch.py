@@ -42,7 +42,12 @@ def first_node_address() -> str:
 
 
 def command(
-    system: System, cards: int, module: str, args: list[str], strategy: str = "ddp", threads=1
+    system: System,
+    cards: int,
+    module: str,
+    args: list[str],
+    strategy: str = "ddp",
+    threads: int = 1,
 ) -> list[str]:
     """Across SLURM nodes, a step of one task per node, with `threads` cores and the cards."""
     nodes, per_node = system.layout(cards)
@@ -92,9 +97,14 @@ class PointJob(Job):
     def ranks_and_threads(self) -> tuple[int, int]:
         return self.cards, self.rank_threads(self.cards or 1)
 
-    def ranks_dtype(self, asked: str, cards: int, device_kind: str) -> str:
+    @property
+    def ranks_device(self) -> str:
+        """The ranks' device kind, which a launcher without cards (a Kubeflow MPIJob's) lacks."""
+        return self.system.device if self.device_kind == "auto" else self.device.kind
+
+    def ranks_dtype(self, asked: str, cards: int) -> str:
         """The dtype the ranks compute in, resolved on the job's node (not the login node)."""
-        return self.resolve_dtype(asked, device_kind, self.rank_threads(cards))
+        return self.resolve_dtype(asked, self.ranks_device, self.rank_threads(cards))
 
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
@@ -103,12 +113,11 @@ class PointJob(Job):
         result, self.cards = self.out.with_name(f".{self.out.stem}.ranks.json"), cards
         argv = [*args, "--out", str(result)]
         command_line = command(self.system, cards, module, argv, strategy, self.threads)
-        omp = str(self.rank_threads(cards))
+        environ = {**os.environ, "OMP_NUM_THREADS": str(self.rank_threads(cards))}
+        environ |= hpu_env if self.system.device == "hpu" else {}
+        environ[ENERGY_SOURCES] = ",".join(self.system.energy)
         log.info("launching: %s", " ".join(command_line))
         try:
-            gaudi = hpu_env if self.system.device == "hpu" else {}
-            environ = {**os.environ, "OMP_NUM_THREADS": omp, **gaudi}
-            environ[ENERGY_SOURCES] = ",".join(self.system.energy)
             finished = subprocess.run(command_line, env=environ, check=False)
             if finished.returncode != 0 or not result.is_file():
                 why = f"exited with status {finished.returncode}; see the job log"

@@ -1,29 +1,32 @@
-"""Causal LMs from a prepared directory, and the sources converted first: GGUF, tiny random."""
+"""Causal LMs from a prepared directory, and the sources converted first: GGUF, tiny random.
+torch and transformers load only where a model does (preparing a Hub or local one reads none)."""
+
+from __future__ import annotations
 
 import importlib.util
 import logging
 import os
 import shutil
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
-from typing import Any
-
-import torch
-import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
-from transformers import PreTrainedTokenizerBase as Tokenizer
+from typing import TYPE_CHECKING, Any
 
 from accelstudy import snapshots
 from accelstudy.files import sha256_file, umask_mode, write_json
 from accelstudy.snapshots import ModelSourceError, weights_dir
 
-# GGUF architectures that transformers can turn into a causal LM.
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+    from transformers import PreTrainedTokenizerBase as Tokenizer
+
 _GGUF_CAUSAL = """llama mistral qwen2 qwen2moe qwen3 qwen3moe phi3 gemma gemma2 gemma3 falcon gpt2
 starcoder2 stablelm bloom t5 mamba nemotron lfm2 deci"""
 GGUF_CAUSAL_ARCHITECTURES = set(_GGUF_CAUSAL.split())
 # transformers 5 spells the load dtype `dtype`; the 4.x line the Gaudi stack pins, `torch_dtype`
+DTYPE_KWARG = "dtype" if int(version("transformers").split(".")[0]) >= 5 else "torch_dtype"
 log = logging.getLogger("accelstudy")
-DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
 
 def embedded_gguf() -> Path:
@@ -63,6 +66,7 @@ def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> Tokeni
     """A byte-level BPE trained on the stand-in corpus offline; `add_bos`: BOS first, as Llama's."""
     import tokenizers
     from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
 
     from accelstudy.data.standin import corpus_paragraphs
 
@@ -70,8 +74,8 @@ def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> Tokeni
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     alphabet, special = pre_tokenizers.ByteLevel.alphabet(), ["<|endoftext|>", "<s>"]
-    options = {"special_tokens": special, "initial_alphabet": alphabet, "show_progress": False}
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, **options)
+    options: dict[str, Any] = {"special_tokens": special, "initial_alphabet": alphabet}
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False, **options)
     tok.train_from_iterator((text for _, text in corpus_paragraphs()), trainer=trainer)
     if add_bos:
         bos = ("<s>", tok.token_to_id("<s>"))
@@ -79,25 +83,31 @@ def train_tiny_tokenizer(vocab_size: int = 512, add_bos: bool = False) -> Tokeni
             single="<s> $A", pair="<s> $A <s> $B", special_tokens=[bos]
         )
     tokens = {"bos_token": "<s>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, **tokens)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **tokens)
 
 
 def tiny_random_llama(
     layers=4, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=512, seed=0, add_bos=False
 ) -> tuple[PreTrainedModel, Tokenizer]:
     """A randomly initialised Llama and a matching tokenizer, built in-process for tests."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     tokenizer = train_tiny_tokenizer(vocab, add_bos)
     special = {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
-    sizes = {"hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers}
-    sizes |= {"num_attention_heads": heads, "num_key_value_heads": kv_heads}
-    fixed = {"max_position_embeddings": 4096, "tie_word_embeddings": False}
-    config = transformers.LlamaConfig(vocab_size=len(tokenizer), **sizes, **fixed, **special)
+    sizes: dict[str, Any] = {"hidden_size": hidden, "intermediate_size": intermediate}
+    sizes |= {"num_hidden_layers": layers, "num_attention_heads": heads}
+    sizes |= {"num_key_value_heads": kv_heads, "max_position_embeddings": 4096}
+    config = LlamaConfig(vocab_size=len(tokenizer), tie_word_embeddings=False, **sizes, **special)
     torch.manual_seed(seed)
-    return transformers.LlamaForCausalLM(config).eval(), tokenizer
+    return LlamaForCausalLM(config).eval(), tokenizer
 
 
 def load_from_source(spec: dict[str, Any], seed: int = 0) -> tuple[PreTrainedModel, Tokenizer]:
     """Load a model that must be converted (tiny-random, gguf) in FP32 on the CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     if spec["source"] == "tiny-random":
         return tiny_random_llama(**spec.get("tiny", {}), seed=seed)
     file = gguf_path(spec)
@@ -108,21 +118,13 @@ def load_from_source(spec: dict[str, Any], seed: int = 0) -> tuple[PreTrainedMod
     model = AutoModelForCausalLM.from_pretrained(str(file.parent), **options)
     if hasattr(model.config, "quantization_config"):  # dequantized to FP32: forget the GGUF
         del model.config.quantization_config  # origin, so that a reload is plain
-    model.hf_quantizer = None
+    # torch's stub types Module.__setattr__'s value as Tensor | Module; any object is accepted
+    model.hf_quantizer = None  # type: ignore[assignment]
     return model.eval(), tokenizer
 
 
 def gguf_path(spec: dict[str, Any]) -> Path:
     return embedded_gguf() if spec["gguf_file"] == "embedded" else Path.cwd() / spec["gguf_file"]
-
-
-def convert(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:
-    """Write a GGUF or tiny random model as FP32 safetensors into `out`; what names it."""
-    save_prepared(*load_from_source(spec, seed=seed), out)
-    if spec["source"] == "tiny-random":
-        return {"tiny": spec.get("tiny", {}), "seed": seed}
-    file = gguf_path(spec)
-    return {"file": file.name, "digest": f"sha256:{sha256_file(file)}"}
 
 
 def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> None:
@@ -143,13 +145,18 @@ def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> No
         raise
 
 
-def load_prepared(path: Path, dtype: torch.dtype = torch.float32):
-    """A prepared model in `dtype` (snapshot, local or converted): safetensors, no remote code."""
+def load_prepared(
+    path: Path, dtype: torch.dtype | None = None
+) -> tuple[PreTrainedModel, Tokenizer]:
+    """A prepared model (snapshot, local or converted) in `dtype` (else FP32): safetensors only."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     path = weights_dir(path)
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    options = {"use_safetensors": True, DTYPE_KWARG: dtype}
+    options = {"use_safetensors": True, DTYPE_KWARG: dtype or torch.float32}
     model = AutoModelForCausalLM.from_pretrained(str(path), **options)
     return model.eval(), tokenizer
 
@@ -170,10 +177,16 @@ def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, A
         known = (out / snapshots.MANIFEST).is_file()
         before = snapshots.read_manifest(out)["files"] if known else {}
         manifest |= {"path": str(folder), **snapshots.local_files(folder, before)}
-    else:
-        manifest |= convert(spec, out, seed)
+    else:  # converted to FP32 safetensors in `out`
+        save_prepared(*load_from_source(spec, seed=seed), out)
         folder = out
-    manifest["dtype_on_disk"] = snapshots.dtypes_on_disk(folder)
+        if source == "tiny-random":
+            manifest |= {"tiny": spec.get("tiny", {}), "seed": seed}
+        else:
+            file = gguf_path(spec)
+            manifest |= {"file": file.name, "digest": f"sha256:{sha256_file(file)}"}
+    headers = snapshots.safetensors_headers(folder).values()
+    manifest["dtype_on_disk"] = sorted({t["dtype"] for _, h in headers for t in h.values()})
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / snapshots.MANIFEST, manifest)
     log.info("prepared model %s: %s", out.name, {k: manifest.get(k) for k in ("id", "commit")})

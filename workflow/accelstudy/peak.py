@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.files import write_json
+from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
 PROBED = ("float32", "bfloat16")
 DISPATCH = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-SHOWN_FLAGS = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}
+# the flags a record names: the vector and matrix units that decide a GEMM's speed
+CPU_FLAGS = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}
 
 
 @functools.cache
@@ -53,8 +55,7 @@ def probe_key(threads: int) -> str:
     model, flags = cpu_model_and_flags()
     dispatch = {name: os.environ.get(name, "") for name in DISPATCH}
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    what = [model, flags, threads, usable, torch.__version__, dispatch]
-    what = json.dumps(what, sort_keys=True)
+    what = json.dumps([model, flags, threads, usable, torch.__version__, dispatch], sort_keys=True)
     return hashlib.sha256(what.encode()).hexdigest()[:16]
 
 
@@ -104,33 +105,22 @@ def cpu_rates(threads: int, *, probe_if_missing: bool = True) -> dict[str, Any] 
     return probe(threads, "inside a job")
 
 
-def card_peak(system: Any, dtype: str) -> tuple[float | None, str]:
-    """A card's dense peak FLOP/s in `dtype` from its system file, and where it comes from."""
-    stated = system.peak_flops or {}
-    if stated.get(dtype) is None:
-        why = stated.get("note") or "no figure for it in the system file"
-        return None, f"unknown: {system.label} {dtype}: {why}"
-    return float(stated[dtype]), f"datasheet: {stated['doc']}"
-
-
-def peak(system: Any, device_kind: str, dtype: str, ranks: int, threads: int) -> dict[str, Any]:
+def peak(system: System, device_kind: str, dtype: str, ranks: int, threads: int) -> dict[str, Any]:
     """The limit of what a job held: `ranks` cards (or CPU processes of `threads` threads)."""
+    stated = system.peak_flops if isinstance(system.peak_flops, dict) else {}
     if device_kind == "cpu" and system.peak_flops in (None, "measured"):
-        entry = cpu_rates(threads)
-        per_card = (entry or {}).get("flops_per_s", {}).get(dtype)
-        where = (entry or {}).get("where", "at set-up")
-        source = f"measured: {threads}-thread {dtype} GEMM probe {where}"
+        entry = cpu_rates(threads) or {}
+        per_card = entry.get("flops_per_s", {}).get(dtype)
+        source = f"measured: {threads}-thread {dtype} GEMM probe {entry.get('where', 'at set-up')}"
+    elif stated.get(dtype) is not None:
+        per_card, source = float(stated[dtype]), f"datasheet: {stated['doc']}"
     else:
-        per_card, source = card_peak(system, dtype)
+        per_card, why = None, stated.get("note") or "no figure for it in the system file"
+        source = f"unknown: {system.label} {dtype}: {why}"
     if per_card is None:
         return {"status": "unknown", "source": source, "ranks": ranks}
-    return {
-        "status": "ok",
-        "flops_per_s": per_card * ranks,
-        "per_card_flops_per_s": per_card,
-        "ranks": ranks,
-        "source": source,
-    }
+    block = {"status": "ok", "flops_per_s": per_card * ranks, "per_card_flops_per_s": per_card}
+    return block | {"ranks": ranks, "source": source}
 
 
 def utilization(peak_block: dict[str, Any], achieved: float | None) -> dict[str, Any]:
@@ -142,7 +132,7 @@ def utilization(peak_block: dict[str, Any], achieved: float | None) -> dict[str,
     return {**block, "mfu": achieved / flops if flops else None}
 
 
-def resolve_dtype(asked: str, system: Any, device_kind: str, threads: int) -> tuple[str, str]:
+def resolve_dtype(asked: str, system: System, device_kind: str, threads: int) -> tuple[str, str]:
     """The dtype a job computes in, and why: `auto` takes bfloat16 on a card that offers it and
     on a CPU whose probe runs bfloat16 GEMMs at least as fast as float32, else float32."""
     offered = set(system.dtypes)
@@ -158,6 +148,5 @@ def resolve_dtype(asked: str, system: Any, device_kind: str, threads: int) -> tu
         if bf16 < fp32:
             log.warning("bfloat16 as asked, though this CPU emulates it: %s", shown)
         return asked, "asked"
-    if (bf16 >= fp32 and "bfloat16" in offered) or "float32" not in offered:
-        return "bfloat16", f"auto: {shown}"
-    return "float32", f"auto: {shown}"
+    take_bf16 = (bf16 >= fp32 and "bfloat16" in offered) or "float32" not in offered
+    return ("bfloat16" if take_bf16 else "float32"), f"auto: {shown}"

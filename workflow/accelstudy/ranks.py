@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import torch
 
 from accelstudy import timeline
-from accelstudy.device import resolve
+from accelstudy.device import Device, resolve
 from accelstudy.energy import EnergyMeter, EnergySourceError, combine
 from accelstudy.files import write_json
 from accelstudy.launch import ENERGY_SOURCES, RENDEZVOUS_PORT
@@ -63,22 +63,22 @@ def write_result(out: Path, status: str, result: dict[str, Any]) -> None:
     write_json(out, {"status": status, **result, "versions": package_versions()})
 
 
-def run(point: Point, out: Path, work: Callable[[], Measured], summarise: Summarise) -> int:
-    """Run this rank's `work`; once every rank's is done, rank 0 writes `summarise` of them all."""
+def run(point: Point, out: Path, work: Callable[[Device], Measured], summarise: Summarise) -> int:
+    """Run this rank's `work` on its device; then rank 0 writes `summarise` of every rank's."""
     rank_environment()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     if rank == 0:
         out.unlink(missing_ok=True)  # never take an earlier run's result as this one's
-    kind = resolve(getattr(point, "device", None) or "auto").kind
-    card = local_rank if kind in ("cuda", "hpu") else None
+    device = resolve(getattr(point, "device", None) or "auto")
+    card = local_rank if device.kind in ("cuda", "hpu") else None
     required = tuple(filter(None, os.environ.get(ENERGY_SOURCES, "").split(",")))
     try:  # its card's counter; the first rank of a node, the node's CPU packages too
-        meter = EnergyMeter(kind, card, package=local_rank == 0, required=required)
+        meter = EnergyMeter(device.kind, card, package=local_rank == 0, required=required)
     except EnergySourceError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         return 2
     try:
-        local = work()
+        local = work(device)
     except torch.OutOfMemoryError as exc:
         last = traceback.format_exception_only(exc)[-1].strip().splitlines()[-1]
         write_result(out, "does-not-fit", {"point": point.as_dict(), "error": last})
@@ -96,11 +96,8 @@ def run(point: Point, out: Path, work: Callable[[], Measured], summarise: Summar
         mine, measured = measured[0], [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(measured, mine)
     if rank == 0:
-        result = {
-            **summarise([m for m, _, _ in measured]),
-            "rank_hosts": [h for _, h, _ in measured],
-        }
-        result["energy"] = combine([energy for _, _, energy in measured])
+        measurements, hosts, energies = map(list, zip(*measured, strict=True))
+        result = {**summarise(measurements), "rank_hosts": hosts, "energy": combine(energies)}
         write_result(out, "ok", result | {"timeline": timeline.MARKS})
     if torch.distributed.is_initialized():
         # leave together: a rank that tears gloo down while a peer still talks aborts it

@@ -22,12 +22,6 @@ def raw_values(resources: Mapping[str, Any] | None) -> dict[str, Any]:
     return {name: getattr(value, "raw", value) for name, value in (resources or {}).items()}
 
 
-def _as_text(raw: Any, environ: Mapping[str, str]) -> str:
-    """A resource expression's plain text, its $VARIABLEs expanded from `environ` (unknown kept)."""
-    expanded = _VARIABLE.sub(lambda m: environ.get(m[1] or m[2], m[0]), str(raw))
-    return expanded.strip().strip("'\"").strip()
-
-
 def export_scheduler_defaults(system: System, environ: Env) -> None:
     """`slurm` as ACCELSTUDY_SLURM_<KEY>, so one profile serves a site's variants; exports win."""
     for key, value in system.slurm.items():
@@ -75,7 +69,9 @@ def check_account(system: System, defaults: Resources, environ: Mapping[str, str
     """A SLURM profile on a site that bills an account must name one."""
     if "slurm_account" not in defaults or not system.account_required:
         return
-    account = _as_text(defaults["slurm_account"], environ)
+    written = str(defaults["slurm_account"])  # its $VARIABLEs expanded from `environ` if set
+    account = _VARIABLE.sub(lambda m: environ.get(m[1] or m[2], m[0]), written)
+    account = account.strip().strip("'\"").strip()
     problem = f"system '{system.name}' needs a SLURM account; "
     problem += f"export {ACCOUNT_ENV}=<project> or pass --config account=<project>"
     require(bool(account) and "$" not in account, "account", problem)

@@ -33,8 +33,9 @@ def hub_snapshot(name: str, spec: dict[str, Any]) -> Path:
     repo, revision = spec["id"], spec.get("revision") or "main"
     what = f"models.{name}: '{repo}' at revision '{revision}'"
     try:
-        only = {"allow_patterns": SNAPSHOT_FILES, "ignore_patterns": SNAPSHOT_SKIP}
-        return Path(snapshot_download(repo, revision=revision, **only))
+        folder = snapshot_download(
+            repo, revision=revision, allow_patterns=SNAPSHOT_FILES, ignore_patterns=SNAPSHOT_SKIP
+        )
     except hub.GatedRepoError:
         fix = "accept its licence on its Hub page, then `hf auth login` or set HF_TOKEN"
         raise ModelSourceError(f"{what} is gated: {fix}") from None
@@ -50,6 +51,7 @@ def hub_snapshot(name: str, spec: dict[str, Any]) -> Path:
         why = "and HF_HUB_OFFLINE=1 or no network kept the Hub out"
         where = constants.HF_HUB_CACHE
         raise ModelSourceError(f"{what} is not in the cache {where}, {why}: {fix}") from None
+    return Path(folder)
 
 
 def hub_commit(repo: str, revision: str, kind: str = "model") -> str | None:
@@ -90,8 +92,10 @@ def hub_files(folder: Path) -> dict[str, dict[str, Any]]:
         blob = Path(os.readlink(path)).name if path.is_symlink() else ""
         scheme = "sha256" if len(blob) == 64 else "git-sha1"
         digest = f"{scheme}:{blob}" if blob else f"sha256:{sha256_file(path)}"
-        name = path.relative_to(folder).as_posix()
-        files[name] = {"bytes": path.stat().st_size, "digest": digest}
+        files[path.relative_to(folder).as_posix()] = {
+            "bytes": path.stat().st_size,
+            "digest": digest,
+        }
     return files
 
 
@@ -125,12 +129,7 @@ def weights_dir(model_dir: Path) -> Path:
 
 def identity(model_dir: Path) -> dict[str, Any]:
     """What names the model in a record and for `compare`: the manifest but files and path."""
-    manifest = read_manifest(model_dir)
-    return {k: v for k, v in manifest.items() if k not in ("files", "path")}
-
-
-def dtypes_on_disk(folder: Path) -> list[str]:
-    return sorted({t["dtype"] for _, h in safetensors_headers(folder).values() for t in h.values()})
+    return {k: v for k, v in read_manifest(model_dir).items() if k not in ("files", "path")}
 
 
 def check_causal_lm(name: str, folder: Path) -> None:

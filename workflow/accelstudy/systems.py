@@ -5,7 +5,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 import yaml
 
@@ -75,9 +75,6 @@ class System:
         """What the file says the machine is, so runs that share a name can be checked."""
         return {key: getattr(self, key) for key in FACT_KEYS}
 
-    def replace(self, **changes: Any) -> Self:
-        return dataclasses.replace(self, **changes)
-
 
 def check_peak(path: Any, stated: Any) -> None:
     """`measured`, or dtype -> FLOP/s per card with the datasheet's address in `doc`."""
@@ -98,8 +95,7 @@ def load_system(name: str) -> System:
     known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
     require(path.is_file(), "system", f"unknown system '{name}'; known systems are {known}")
     spec = yaml.safe_load(path.read_text())
-    unknown = set(spec) - {f.name for f in dataclasses.fields(System)}
-    if unknown:
+    if unknown := set(spec) - {f.name for f in dataclasses.fields(System)}:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
     dtypes = tuple(spec.get("dtypes", ("float32",)))
     energy = tuple(spec.get("energy") or ())

@@ -49,18 +49,6 @@ def check_preset(preset: str, nside: int, environ: Mapping[str, str] = os.enviro
     require(not missing, "diffusion.data.preset", problem)
 
 
-def standin_template(nside: int, seed: int) -> np.ndarray:
-    """A positive intensity template: a Gaussian sky with the dust power law, offset so its
-    minimum sits one tenth of a standard deviation above zero."""
-    import healpy as hp
-
-    cl = np.zeros(3 * nside)
-    cl[2:] = np.arange(2, 3 * nside) ** DUST_SLOPE
-    np.random.seed(seed)  # this healpy's synfast draws from numpy's global generator
-    sky = hp.synfast(cl, nside, new=True)
-    return sky - sky.min() + 0.1 * sky.std()
-
-
 def emission(spec: dict[str, Any], seed: int) -> np.ndarray:
     """The dust intensity map (MJy/sr) at the configured frequency, through PySM3."""
     import pysm3
@@ -70,8 +58,14 @@ def emission(spec: dict[str, Any], seed: int) -> np.ndarray:
     if spec["source"] == "pysm":
         check_preset(spec["preset"], nside)  # the stage's own check, for CLI use
         sky = pysm3.Sky(nside=nside, preset_strings=[spec["preset"]], output_unit="MJy/sr")
-    else:
-        template = standin_template(nside, seed) * u.uK_RJ
+    else:  # a Gaussian sky with the dust power law, its minimum a tenth of a std above zero
+        import healpy as hp
+
+        cl = np.zeros(3 * nside)
+        cl[2:] = np.arange(2, 3 * nside) ** DUST_SLOPE
+        np.random.seed(seed)  # this healpy's synfast draws from numpy's global generator
+        sky_map = hp.synfast(cl, nside, new=True)
+        template = (sky_map - sky_map.min() + 0.1 * sky_map.std()) * u.uK_RJ
         zeros = np.zeros_like(template)
         intensity = dict(map_I=template, freq_ref_I="545 GHz", nside=nside)
         dust = dict(map_mbb_index=STANDIN_BETA, map_mbb_temperature=STANDIN_TEMPERATURE_K * u.K)
@@ -95,16 +89,6 @@ def patches(sky: np.ndarray, count: int, size: int, reso_arcmin: float, seed: in
         projector = GnomonicProj(rot=(lon[i], lat[i]), xsize=size, reso=reso_arcmin)
         out[i] = projector.projmap(sky, lambda x, y, z: hp.vec2pix(nside, x, y, z))
     return out
-
-
-def downsample(images: torch.Tensor, scale: int, method: str) -> torch.Tensor:
-    """Low-resolution inputs: the mean of each scale x scale block, or antialiased bicubic."""
-    import torch.nn.functional as F
-
-    if method == "block":
-        return F.avg_pool2d(images, scale)
-    size = images.shape[-1] // scale
-    return F.interpolate(images, size=size, mode="bicubic", antialias=True, align_corners=False)
 
 
 def scaled(values: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -135,22 +119,25 @@ def prepare_dust(spec: dict[str, Any], seed: int, out: Path, card: Path) -> dict
     """Make the paired dataset once: `out` (npz: hr, lr in [-1, 1]) and its data card."""
     import healpy as hp
     import torch
+    import torch.nn.functional as F
 
     total = spec["patches"] + spec["validation_patches"]
     lr, reso, log = None, None, spec["source"] != "local"  # skies go to log10, local images not
     if log:
-        sky = emission(spec, seed)
         reso = spec.get("reso_arcmin") or hp.nside2resol(spec["nside"], arcmin=True)
-        images = np.log10(patches(sky, total, spec["hr_size"], reso, seed))
+        images = np.log10(patches(emission(spec, seed), total, spec["hr_size"], reso, seed))
     else:
         images, lr = local_images(spec)
     low, high = float(images.min()), float(images.max())
     normalisation = {"log10": log, "min": low, "max": high}
     hr_t = torch.from_numpy(scaled(images, low, high)).unsqueeze(1)
-    if lr is None:
-        lr_t = downsample(hr_t, spec["scale"], spec["downsample"])
-    else:
+    if lr is not None:
         lr_t = torch.from_numpy(scaled(lr, low, high)).unsqueeze(1)
+    elif spec["downsample"] == "block":  # the mean of each scale x scale block
+        lr_t = F.avg_pool2d(hr_t, spec["scale"])
+    else:
+        size = hr_t.shape[-1] // spec["scale"]
+        lr_t = F.interpolate(hr_t, size=size, mode="bicubic", antialias=True, align_corners=False)
     with atomic_open(out, "wb") as handle:
         np.savez(handle, hr=hr_t.numpy(), lr=lr_t.numpy(), validation=spec["validation_patches"])
     data_card = {k: spec.get(k) for k in ("source", "preset", "nside", "frequency_ghz", "file")}

@@ -4,7 +4,6 @@ run_lora_clm.py (`--dataset_concatenation`, `--max_seq_length 512`), prepares it
 labels equal to the inputs (`train_on_inputs` defaults to True there), all concatenated and
 cut into `max_seq_length` blocks, the remainder dropped."""
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,26 @@ DEFAULT_COLUMNS = {"instruction": "instruction", "input": "input", "output": "ou
 ENCODE_CHUNK = 64  # examples tokenised at a time; stops as soon as enough blocks exist
 
 
-def _rename(rows: list[dict[str, Any]], columns: dict[str, str | None], origin: str) -> list:
-    """Map the configured column names onto instruction/input/output; input is optional."""
-    wanted = {**DEFAULT_COLUMNS, **columns}
+def load_examples(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """Examples as `spec` says: source standin | hf (dataset, name, split, revision) |
+    local (file: .jsonl/.json/.parquet/.csv); the configured `columns` are mapped onto
+    instruction/input/output (input is optional)."""
+    source = spec.get("source", "standin")
+    if source == "standin":  # real text: each documentation paragraph explains its topic
+        from accelstudy.data.standin import corpus_paragraphs
+
+        ask, paragraphs = "Explain the Python documentation topic '{}'.", corpus_paragraphs("train")
+        return [{"instruction": ask.format(t), "input": "", "output": p} for t, p in paragraphs]
+    if source == "local":
+        rows, origin = sources.read_local(Path.cwd() / spec["file"]), f"data file '{spec['file']}'"
+    elif source == "hf":
+        rows = sources.read_hub(spec, spec.get("split", "train"))
+        origin = f"dataset '{spec['dataset']}'"
+    else:
+        raise DataSourceError(f"config key 'data.source': unknown source '{source}'")
     if not rows:
         raise DataSourceError(f"{origin}: no rows")
+    wanted = {**DEFAULT_COLUMNS, **(spec.get("columns") or {})}
     for role in ("instruction", "output"):
         if wanted[role] not in rows[0]:
             raise DataSourceError(
@@ -45,26 +59,6 @@ def _rename(rows: list[dict[str, Any]], columns: dict[str, str | None], origin: 
             )
     pairs = [(role, wanted[role] if wanted[role] in rows[0] else None) for role in DEFAULT_COLUMNS]
     return [{role: str(row[col] or "") if col else "" for role, col in pairs} for row in rows]
-
-
-def load_examples(spec: dict[str, Any], base_dir: Path | None = None) -> list[dict[str, str]]:
-    """Examples as `spec` says: source standin | hf (dataset, name, split, revision) |
-    local (file: .jsonl/.json/.parquet/.csv), with optional `columns` renames."""
-    source = spec.get("source", "standin")
-    if source == "standin":  # real text: each documentation paragraph explains its topic
-        from accelstudy.data.standin import corpus_paragraphs
-
-        ask, paragraphs = "Explain the Python documentation topic '{}'.", corpus_paragraphs("train")
-        return [{"instruction": ask.format(t), "input": "", "output": p} for t, p in paragraphs]
-    if source == "local":
-        path = (base_dir or Path.cwd()) / spec["file"]
-        rows, origin = sources._read_local(path), f"data file '{spec['file']}'"
-    elif source == "hf":
-        rows = sources.read_hub(spec, spec.get("split", "train"))
-        origin = f"dataset '{spec['dataset']}'"
-    else:
-        raise DataSourceError(f"config key 'data.source': unknown source '{source}'")
-    return _rename(rows, spec.get("columns") or {}, origin)
 
 
 def prepare_instructions(spec: dict[str, Any], out: str | Path) -> int:
@@ -82,25 +76,19 @@ def prompt_text(example: dict[str, str]) -> str:
     return PROMPT_DICT[key].format_map(example) + example["output"]
 
 
-def _encoded(examples: list[dict], tokenizer: Tokenizer, max_len: int) -> Iterator[list[int]]:
-    """Token ids of each example: truncated to max_len, EOS appended when it fits."""
-    eos = tokenizer.eos_token_id
-    for start in range(0, len(examples), ENCODE_CHUNK):
-        texts = [prompt_text(e) for e in examples[start : start + ENCODE_CHUNK]]
-        for ids in tokenizer(texts, truncation=True, max_length=max_len)["input_ids"]:
-            if eos is not None and (not ids or ids[-1] != eos) and len(ids) < max_len:
-                ids = [*ids, eos]
-            yield ids
-
-
 def concatenated_blocks(
     examples: list[dict], tokenizer: Tokenizer, max_seq_length: int, limit: int | None = None
 ) -> dict[str, list[list[int]]]:
-    """`--dataset_concatenation`: all token ids end to end, cut into full blocks; the first
-    `limit` blocks (as `--max_train_samples` selects) are all that is tokenised."""
-    stream: list[int] = []
-    for ids in _encoded(examples, tokenizer, max_seq_length):
-        stream.extend(ids)
+    """`--dataset_concatenation`: each example's token ids (truncated to max_seq_length, EOS
+    appended when it fits) end to end, cut into full blocks; the first `limit` blocks (as
+    `--max_train_samples` selects) are all that is tokenised."""
+    eos, stream = tokenizer.eos_token_id, []
+    for start in range(0, len(examples), ENCODE_CHUNK):
+        texts = [prompt_text(e) for e in examples[start : start + ENCODE_CHUNK]]
+        for ids in tokenizer(texts, truncation=True, max_length=max_seq_length)["input_ids"]:
+            if eos is not None and (not ids or ids[-1] != eos) and len(ids) < max_seq_length:
+                ids = [*ids, eos]
+            stream.extend(ids)
         if limit is not None and len(stream) >= limit * max_seq_length:
             break
     count = len(stream) // max_seq_length

@@ -5,6 +5,7 @@ number: it stops `prepare-data` with one line naming file, row, column and value
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from accelstudy.snapshots import hub_commit
 from accelstudy.tasks import TASKS
 
 log = logging.getLogger("accelstudy")
+Row = dict[str, Any]
 
 
 class DataSourceError(StudyError, ValueError):
@@ -40,7 +42,7 @@ def boolq_answer(value: Any) -> bool:
     raise BadValue("answer", value, 'is not a boolean, 0/1, or "true"/"false"')
 
 
-def _text(row: dict, column: str, allow_empty: bool = False) -> str:
+def _text(row: Row, column: str, allow_empty: bool = False) -> str:
     value = row[column]
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         kind = "string" if allow_empty else "non-empty string"
@@ -48,39 +50,28 @@ def _text(row: dict, column: str, allow_empty: bool = False) -> str:
     return value
 
 
-def _endings(row: dict) -> list[str]:
-    value = row["endings"]
-    ok = isinstance(value, list) and value and all(isinstance(e, str) and e.strip() for e in value)
-    if not ok:
-        raise BadValue("endings", value, "is not a list of non-empty strings")
-    return value
-
-
-def _label(row: dict, n_endings: int) -> int:
-    value = row["label"]
-    index = int(value) if isinstance(value, str) and value.strip().isdigit() else value
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_endings:
-        requirement = f"is not an integer (or string of digits) from 0 to {n_endings - 1}"
-        raise BadValue("label", value, requirement)
-    return index
-
-
-def _wikitext(row: dict) -> dict:
+def _wikitext(row: Row) -> Row:
     # an empty CSV cell is read as None: it was the empty line WikiText stores as ""
     return {**row, "text": "" if row["text"] is None else _text(row, "text", allow_empty=True)}
 
 
-def _hellaswag(row: dict) -> dict:
+def _hellaswag(row: Row) -> Row:
     out = {**row, **{c: _text(row, c) for c in ("activity_label", "ctx_a")}}
     out["ctx_b"] = _text(row, "ctx_b", allow_empty=True)
     if row.get("ctx") is not None:
         out["ctx"] = _text(row, "ctx")
-    out["endings"] = _endings(row)
-    out["label"] = _label(row, len(out["endings"]))
-    return out
+    endings, label = row["endings"], row["label"]
+    non_empty = isinstance(endings, list) and all(isinstance(e, str) and e.strip() for e in endings)
+    if not (endings and non_empty):
+        raise BadValue("endings", endings, "is not a list of non-empty strings")
+    index = int(label) if isinstance(label, str) and label.strip().isdigit() else label
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(endings):
+        requirement = f"is not an integer (or string of digits) from 0 to {len(endings) - 1}"
+        raise BadValue("label", label, requirement)
+    return {**out, "endings": endings, "label": index}
 
 
-def _boolq(row: dict) -> dict:
+def _boolq(row: Row) -> Row:
     out = {**row, "question": _text(row, "question"), "passage": _text(row, "passage")}
     return {**out, "answer": boolq_answer(row["answer"])}
 
@@ -88,20 +79,20 @@ def _boolq(row: dict) -> dict:
 NORMALISE = {"wikitext": _wikitext, "hellaswag": _hellaswag, "boolq": _boolq}
 
 
-def _read_local(path: Path) -> list[dict[str, Any]]:
+def read_local(path: Path) -> list[Row]:
+    """A .jsonl, .json, .parquet or .csv file's rows, its values as typed (no dtype guessing: "7"
+    stays a string, an empty CSV cell is None), so that the value checks see what it says."""
     import pandas as pd
 
     if not path.is_file():
         raise DataSourceError(f"data file '{path}' does not exist")
-    # values as typed (no dtype guessing: "7" stays a string, an empty CSV cell is None), so
-    # the value checks (NORMALISE) see what the file says
-    as_typed = {"dtype": False, "convert_dates": False}
-    csv = {"dtype": str, "keep_default_na": False, "na_values": [""], "skip_blank_lines": False}
-    readers = {
-        ".jsonl": lambda p: pd.read_json(p, lines=True, **as_typed),
-        ".json": lambda p: pd.read_json(p, **as_typed),
+    readers: dict[str, Callable[[Path], pd.DataFrame]] = {
+        ".jsonl": lambda p: pd.read_json(p, lines=True, dtype=False, convert_dates=False),
+        ".json": lambda p: pd.read_json(p, dtype=False, convert_dates=False),
         ".parquet": pd.read_parquet,
-        ".csv": lambda p: pd.read_csv(p, **csv),
+        ".csv": lambda p: pd.read_csv(
+            p, dtype=str, keep_default_na=False, na_values=[""], skip_blank_lines=False
+        ),
     }
     if path.suffix not in readers:
         raise DataSourceError(f"data file '{path}': unsupported suffix; use {sorted(readers)}")
@@ -112,39 +103,17 @@ def _read_local(path: Path) -> list[dict[str, Any]]:
     return json.loads(frame.to_json(orient="records"))
 
 
-def read_hub(spec: dict[str, Any], split: str) -> list[dict]:
+def read_hub(spec: dict[str, Any], split: str) -> list[Row]:
     """A split of the Hub dataset a config entry names (dataset, name, revision)."""
     from datasets import load_dataset
 
-    name, revision = spec.get("name"), spec.get("revision")
-    rows = load_dataset(spec["dataset"], name, split=split, revision=revision)
-    return [dict(row) for row in rows]
+    where = {"split": split, "revision": spec.get("revision")}
+    return [dict(row) for row in load_dataset(spec["dataset"], spec.get("name"), **where)]
 
 
-def checked(task: str, rows: list[dict[str, Any]], origin: str) -> list[dict]:
-    """The rows, given the task's columns, each value checked and normalised (NORMALISE)."""
-    if not rows:
-        raise DataSourceError(f"{origin}: no rows")
-    columns = TASKS[task].columns
-    missing = [c for c in columns if c not in rows[0]]
-    if missing:
-        raise DataSourceError(
-            f"{origin}: missing column(s) {missing} for task '{task}'; "
-            f"expected columns {list(columns)}, found {sorted(rows[0])}"
-        )
-    out = []
-    for number, row in enumerate(rows, start=1):
-        try:
-            out.append(NORMALISE[task](row))
-        except BadValue as exc:
-            raise DataSourceError(f"{origin} row {number}: {exc}") from None
-        except KeyError as exc:
-            raise DataSourceError(f"{origin} row {number}: column {exc} is missing") from None
-    return out
-
-
-def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | None = None) -> list:
-    """Rows of `split` for `task` as the config entry `spec` describes."""
+def load_split(task: str, spec: dict[str, Any], split: str) -> list[Row]:
+    """Rows of `split` for `task` as the config entry `spec` describes, given the task's columns,
+    each value checked and normalised (NORMALISE)."""
     source = spec["source"]
     if source == "standin":
         from accelstudy.data.standin import standin_rows
@@ -154,24 +123,41 @@ def load_split(task: str, spec: dict[str, Any], split: str, base_dir: Path | Non
         files = spec.get("files") or {}
         if split not in files:
             raise DataSourceError(f"config key 'tasks.{task}.files.{split}': no file given")
-        path = (base_dir or Path.cwd()) / files[split]
-        rows, origin = _read_local(path), f"data file '{files[split]}'"
+        rows, origin = read_local(Path.cwd() / files[split]), f"data file '{files[split]}'"
     elif source == "hf":
         rows, origin = read_hub(spec, split), f"dataset '{spec['dataset']}' split '{split}'"
     else:
         raise DataSourceError(f"config key 'tasks.{task}.source': unknown source '{source}'")
-    return checked(task, rows, origin)
+    if not rows:
+        raise DataSourceError(f"{origin}: no rows")
+    columns = TASKS[task].columns
+    missing = [c for c in columns if c not in rows[0]]
+    if missing:
+        raise DataSourceError(
+            f"{origin}: missing column(s) {missing} for task '{task}'; "
+            f"expected columns {list(columns)}, found {sorted(rows[0])}"
+        )
+    checked = []
+    for number, row in enumerate(rows, start=1):
+        try:
+            checked.append(NORMALISE[task](row))
+        except BadValue as exc:
+            raise DataSourceError(f"{origin} row {number}: {exc}") from None
+        except KeyError as exc:
+            raise DataSourceError(f"{origin} row {number}: column {exc} is missing") from None
+    return checked
 
 
-def write_jsonl(rows: list[dict[str, Any]], out: str | Path) -> int:
+def write_jsonl(rows: list[Row], out: str | Path) -> int:
     """Cache rows as JSON Lines at `out` (atomically); return the row count."""
     with atomic_open(out) as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     return len(rows)
 
 
-def describe_source(spec: dict[str, Any], split: str | None, file: str | None = None, seed=None):
+def describe_source(
+    spec: dict[str, Any], split: str | None, file: str | None = None, seed: int | None = None
+) -> dict[str, Any]:
     """What names a dataset in records and for `compare`: Hub id, config, split and commit; the
     sha256 of a local file; or the stand-in generator and seed."""
     source = spec.get("source", "standin")
@@ -207,6 +193,6 @@ def prepare_data(task: str, spec: dict[str, Any], split: str, out: str | Path) -
     return rows
 
 
-def read_prepared(path: str | Path) -> list[dict[str, Any]]:
+def read_prepared(path: str | Path) -> list[Row]:
     with open(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]

@@ -5,6 +5,7 @@ import random
 import re
 from collections.abc import Iterator
 from functools import cache
+from itertools import groupby
 
 from accelstudy.tasks import SPLITS
 
@@ -41,12 +42,9 @@ def wikitext_rows(split: str) -> list[dict[str, str]]:
     """Rows shaped as HF's line-level WikiText: per topic a blank row, a ' = Title = \\n'
     heading row and a blank row, then ' paragraph \\n' rows (blank lines are stored as "")."""
     rows: list[dict[str, str]] = []
-    last_title = None
-    for title, paragraph in corpus_paragraphs(split):
-        if title != last_title:
-            rows += [{"text": ""}, {"text": f" = {title} = \n"}, {"text": ""}]
-            last_title = title
-        rows.append({"text": f" {paragraph} \n"})
+    for title, paragraphs in groupby(corpus_paragraphs(split), key=lambda pair: pair[0]):
+        rows += [{"text": ""}, {"text": f" = {title} = \n"}, {"text": ""}]
+        rows += [{"text": f" {paragraph} \n"} for _, paragraph in paragraphs]
     return rows
 
 

@@ -15,17 +15,14 @@ GAUDI_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}  # the
 def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags: Any) -> dict:
     """Train one (devices, repeat) point of the fixed work; write its record."""
     job = PointJob.from_flags(**flags)
-    ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind
-    asked, dtype = point, job.ranks_dtype(point.dtype, point.devices, ranks_device)
-    point = point.replace(dtype=dtype)
+    asked, point = point, point.replace(dtype=job.ranks_dtype(point.dtype, point.devices))
     data_card = read_record(card)  # the data card: plain JSON
     args = ["--point", point.to_json(), "--data", str(data), "--samples", str(samples)]
     outcome = job.launch(point.devices, WORKER, args, **GAUDI_ENV)
     metrics: dict[str, Any] = {"status": outcome["status"], **outcome.get("metrics", {})}
     if outcome["status"] != "ok":
         metrics["error"] = outcome.get("error", "")
-        samples.unlink(missing_ok=True)
-        samples.touch()  # the job's second output: empty where nothing was sampled
+        samples.write_bytes(b"")  # the job's second output: empty where nothing was sampled
     source = "standin" if data_card["standin"] else "local"
     parameters = {**asked.as_dict(), "data": data_card}
     return job.write(Record(stage="diffusion", model="sr3", task="dust-sr", method="ddp",

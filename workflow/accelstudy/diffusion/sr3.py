@@ -69,14 +69,9 @@ def super_resolve(unet, noise_schedule, lr: Tensor, size: int, steps: int, seed:
     return x.clamp(-1, 1)
 
 
-def parameter_count(unet) -> int:
-    return sum(p.numel() for p in unet.parameters())
-
-
 def flops_per_image(unet, table: Tensor, hr: Tensor, condition: Tensor) -> int:
     """FLOPs of one training step (forward and backward) per image, counted by torch."""
-    counter = FlopCounterMode(display=False)
-    with counter:
+    with FlopCounterMode(display=False) as counter:
         training_loss(unet, table, hr, condition).backward()
     unet.zero_grad(set_to_none=True)
     return math.ceil(counter.get_total_flops() / hr.shape[0])

@@ -5,7 +5,6 @@ import functools
 import itertools
 import math
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from accelstudy import ranks, timeline
 from accelstudy.data.dust import load_pairs
-from accelstudy.device import DTYPES, resolve
+from accelstudy.device import DTYPES, Device
 from accelstudy.diffusion import quality, sr3
 from accelstudy.files import atomic_open
 from accelstudy.points import DiffusionPoint
@@ -40,8 +39,7 @@ def batches(loader: DataLoader, sampler: DistributedSampler):
         yield from ((epoch, batch) for batch in loader)
 
 
-def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measured:
-    device = resolve(point.device or "auto")
+def run_point(point: DiffusionPoint, data: Path, samples: Path, device: Device) -> ranks.Measured:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if device.kind == "hpu":
         import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
@@ -58,7 +56,7 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measure
     unet = sr3.build_unet(point.model, size).to(device.torch, dtype)
     table = sr3.sqrt_alpha_bar_prev(sr3.scheduler(point.schedule))
     dataset = TensorDataset(pairs["lr"], pairs["hr"], torch.arange(len(pairs["hr"])))
-    sampler = DistributedSampler(dataset, world, rank, seed=point.seed, drop_last=True)  # shuffled
+    sampler = DistributedSampler[int](dataset, world, rank, seed=point.seed, drop_last=True)
     loader = DataLoader(dataset, point.batch_per_device, sampler=sampler, drop_last=True)
     stream = batches(loader, sampler)
     torch.manual_seed(point.seed + rank)  # each rank its own noise
@@ -96,10 +94,10 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path) -> ranks.Measure
     per_pixel = (torch.stack(losses).float() / hr.numel()).tolist()
     images = point.batch_per_device * world
     images_per_s = (iterations - warmup) * images / (end - warm)
-    metrics = {"train_runtime_s": end - begin, "iterations": iterations}
+    metrics: dict[str, Any] = {"train_runtime_s": end - begin, "iterations": iterations}
     metrics.update(images_processed=iterations * images, warmup_iterations=warmup)
     metrics.update(images_per_s=images_per_s, flops_per_image=flops)
-    metrics.update(achieved_flops_per_s=images_per_s * flops, parameters=sr3.parameter_count(unet))
+    metrics.update(achieved_flops_per_s=images_per_s * flops, parameters=unet.num_parameters())
     stride = max(1, len(per_pixel) // MAX_LOSSES)
     metrics.update(final_loss=per_pixel[-1], losses=per_pixel[::stride], loss=LOSS_NOTE)
     peak = device.peak_memory_bytes() - (baseline if device.kind == "cpu" else 0)
@@ -131,7 +129,7 @@ def summarise(measured: list[ranks.Measured]) -> dict[str, Any]:
     first, seen = measured[0], [set(m["seen"]) for m in measured]
     metrics = ranks.peak_metrics(measured, "before the model is built")
     metrics["first_epoch_images_per_rank"] = [len(s) for s in seen]
-    shared = sum(len(a & b) for i, a in enumerate(seen) for b in seen[i + 1 :])
+    shared = sum(len(a & b) for a, b in itertools.combinations(seen, 2))
     metrics["first_epoch_images_shared"] = shared
     metrics.update(metrics.pop("quality"))
     return {"device": first["device"], "world_size": first["world_size"], "metrics": metrics}
@@ -143,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True, help="the prepared pairs (npz)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--samples", type=Path, required=True, help="the image panel (npz)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     work = functools.partial(run_point, args.point, args.data, args.samples)
     return ranks.run(args.point, args.out, work=work, summarise=summarise)
 

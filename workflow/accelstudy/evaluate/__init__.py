@@ -3,7 +3,7 @@
 import importlib
 from typing import Any
 
-from torch import nn
+from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy.device import Device
@@ -17,7 +17,7 @@ SCORERS: dict[Kind, str] = {"perplexity": "perplexity", "multiple-choice": "mult
 
 
 def evaluate_task(
-    model: nn.Module,
+    model: PreTrainedModel,
     tokenizer: Tokenizer,
     task: str,
     protocol: str,

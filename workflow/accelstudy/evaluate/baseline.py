@@ -2,9 +2,11 @@
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy import device as devices
 from accelstudy.data.sources import read_prepared, read_source
@@ -30,28 +32,28 @@ class EvalJob(Job):
         super().__post_init__()
         self.measure_energy()
 
-    def evaluate(self, model: torch.nn.Module, tokenizer: Any, protocol: str) -> dict[str, Any]:
+    def evaluate(self, model: nn.Module, tokenizer: Tokenizer, protocol: str) -> dict[str, Any]:
+        """The metrics of a prepared model (a recipe's result: still the Hugging Face model)."""
         model.to(self.device.torch)
         rows = read_prepared(self.data)
         args = (self.task, protocol, rows, self.settings, self.device, self.limit)
-        return evaluate_task(model, tokenizer, *args)[0]
+        return evaluate_task(cast(PreTrainedModel, model), tokenizer, *args)[0]
 
     def measured(self, **fields: Any) -> Record:
         """An evaluation's record: this job's model, task and data, and `fields`."""
         inputs = {"model": identity(self.model_dir), "data": read_source(self.data)}
-        task = {"model": self.model_name, "task": self.task, "data_source": self.data_source}
-        return Record(**task, inputs=inputs, **fields)
+        fields |= {"model": self.model_name, "task": self.task, "data_source": self.data_source}
+        return Record(inputs=inputs, **fields)
 
 
 def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:
     """Evaluate the unquantized model on one task and write its result record."""
     job = EvalJob.from_flags(**flags)
-    dtype = devices.DTYPES[job.resolve_dtype(job.settings.get("dtype", "float32"), job.device.kind)]
-    model, tokenizer = load_prepared(job.model_dir, dtype=dtype)
+    dtype = job.resolve_dtype(job.settings.get("dtype", "float32"), job.device.kind)
+    model, tokenizer = load_prepared(job.model_dir, dtype=devices.DTYPES[dtype])
     metrics = job.evaluate(model, tokenizer, protocol)
-    name = str(dtype).removeprefix("torch.")
-    parameters = {"settings": job.settings, "limit": job.limit, "dtype": name}
-    method = "fp32" if dtype == torch.float32 else name
+    parameters = {"settings": job.settings, "limit": job.limit, "dtype": dtype}
+    method = "fp32" if dtype == "float32" else dtype
     hashed = {"parameters": parameters, "task": job.task, "protocol": protocol}
     measured = {"parameters": parameters, "metrics": metrics, "hashed": hashed}
     return job.write(job.measured(stage="baseline", method=method, protocol=protocol, **measured))

@@ -3,7 +3,7 @@
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Any, Self
 
 from accelstudy import flops, timeline
 from accelstudy.device import Device
@@ -40,11 +40,10 @@ class Meter:
         self.squared_lengths += sum(n * n for n in lengths)
         self.head_tokens += sum(lengths) if head_tokens is None else head_tokens
 
-    def metrics(self, config: dict | None = None) -> dict[str, float | int]:
-        """Time, tokens, rate and peak memory; forward FLOPs per token where `config` (the
-        model's) is given (accelstudy.flops' conventions)."""
+    def metrics(self, config: dict[str, Any]) -> dict[str, float | int]:
+        """Time, tokens, rate, peak memory; the model's (`config`) FLOPs per token (`flops`)."""
         out = {"wall_time_s": round(self.wall_time_s, 4), "tokens": self.tokens}
-        if config and self.tokens:
+        if self.tokens:
             head = 2 * config["hidden_size"] * config["vocab_size"]
             work = (flops.linear_forward(config) - head) * self.tokens + head * self.head_tokens
             work += flops.attention_forward(config, self.squared_lengths)

@@ -3,15 +3,13 @@
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import torch
 from tqdm import tqdm
+from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy.evaluate.meters import Meter
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest, encode_pair
-from accelstudy.evaluate.scoring import Item, Score, score_shared_contexts
-
-ITEMS_PER_BATCH = 8
+from accelstudy.evaluate.scoring import Item, Score, packed_length, score_shared_contexts
 
 
 @dataclass
@@ -38,11 +36,11 @@ def tokenize_request(
 
 
 def score_items(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     tokenized: list[Item],
     max_length: int,
     desc: str = "items",
-    items_per_batch: int = ITEMS_PER_BATCH,
+    items_per_batch: int = 8,
 ) -> list[list[Score]]:
     """Every item's scores, items of similar length batched; one over `max_length` as lm-eval
     truncates it (each choice keeps the last max_length + 1 of its context + choice, scored on its
@@ -55,21 +53,14 @@ def score_items(
         for cont in conts:
             whole = (context + cont)[-(max_length + 1) :]
             units.append((i, (whole[: len(whole) - len(cont)], [cont])))
-
-    def width(unit: int) -> int:  # its packed row's length
-        context, conts = units[unit][1]
-        return len(context) + sum(max(len(c) - 1, 0) for c in conts)
-
-    order = sorted(range(len(units)), key=width)
-    scores: list[list[Score]] = [[] for _ in tokenized]
+    order = sorted(range(len(units)), key=lambda u: packed_length(units[u][1]))
     done: dict[int, list[Score]] = {}
-    for start in tqdm(
-        range(0, len(order), items_per_batch), desc=desc, unit="batch", mininterval=5
-    ):
+    batches = range(0, len(order), items_per_batch)
+    for start in tqdm(batches, desc=desc, unit="batch", mininterval=5):
         chunk = order[start : start + items_per_batch]
-        done.update(
-            zip(chunk, score_shared_contexts(model, [units[u][1] for u in chunk]), strict=True)
-        )
+        scored = score_shared_contexts(model, [units[u][1] for u in chunk])
+        done.update(zip(chunk, scored, strict=True))
+    scores: list[list[Score]] = [[] for _ in tokenized]
     for u, (i, _) in enumerate(units):
         scores[i] += done[u]
     return scores
@@ -94,22 +85,25 @@ def decide(request: ChoiceRequest, scores: list[Score], protocol: ChoiceProtocol
     return ItemResult(request.gold, lls.tolist(), n_tokens.tolist(), first, predictions, norm)
 
 
-def evaluate_multiple_choice(
-    model: torch.nn.Module,
+def score(
+    model: PreTrainedModel,
     tokenizer: Tokenizer,
     task: str,
     protocol: str,
     rows: list[dict],
+    settings: dict,
     meter: Meter,
-    max_length: int,
+    limit: int | None,
 ) -> tuple[dict[str, float], list[dict]]:
-    """Accuracy over `rows`; also acc_norm (character-normalised) under lm-eval's protocol."""
+    """Accuracy on the first `limit` items, each protocol at its own maximum length; also acc_norm
+    (character-normalised) under lm-eval's protocol."""
     spec = CHOICE_PROTOCOLS[(task, protocol)]
-    requests = [spec.build(row) for row in rows]
+    max_length = settings[f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"]
+    requests = [spec.build(row) for row in rows[: limit or None]]
     tokenized = [tokenize_request(tokenizer, r, spec, max_length) for r in requests]
     scores = score_items(model, tokenized, max_length, f"{task}/{protocol}")
-    rows = [len(ctx) + sum(max(len(c) - 1, 0) for c in cs) for ctx, cs in tokenized]
-    meter.ran(rows, head_tokens=sum(len(c) for _, cs in tokenized for c in cs))
+    head_tokens = sum(len(c) for _, conts in tokenized for c in conts)
+    meter.ran(map(packed_length, tokenized), head_tokens=head_tokens)
     items = [decide(r, item_scores, spec) for r, item_scores in zip(requests, scores, strict=True)]
     gold = np.array([i.gold for i in items])
 
@@ -123,20 +117,3 @@ def evaluate_multiple_choice(
         metrics["acc_norm"] = share([i.prediction_norm for i in items])
     metrics["accuracy"] = metrics[spec.quoted]
     return metrics, [asdict(i) for i in items]
-
-
-def score(
-    model: torch.nn.Module,
-    tokenizer: Tokenizer,
-    task: str,
-    protocol: str,
-    rows: list[dict],
-    settings: dict,
-    meter: Meter,
-    limit: int | None,
-) -> tuple[dict[str, float], list[dict]]:
-    """Accuracy on the first `limit` items, each protocol at its own maximum length."""
-    key = f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"
-    return evaluate_multiple_choice(
-        model, tokenizer, task, protocol, rows[: limit or None], meter, settings[key]
-    )

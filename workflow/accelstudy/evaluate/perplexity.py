@@ -47,25 +47,14 @@ def block_loss(model: nn.Module, batch: torch.Tensor) -> tuple[float, int]:
     return shifted_cross_entropy(model(batch).logits, batch)
 
 
-def paper(model: nn.Module, blocks: torch.Tensor, batch_size: int, meter: Meter) -> dict:
-    """exp(token-weighted mean cross-entropy over the shifted positions of all blocks)."""
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    for start in tqdm(range(0, len(blocks), batch_size), desc="perplexity", unit="batch"):
-        batch = blocks[start : start + batch_size].to(device)
-        loss, n = block_loss(model, batch)
-        total, count = total + loss, count + n
-        meter.ran([batch.shape[1]] * batch.shape[0])
-    return {"perplexity": math.exp(total / count), "blocks": len(blocks), "nll": total / count}
-
-
 def documents(rows: list[dict]) -> list[str]:
     """Pages as EleutherAI/wikitext_document_level builds them from the raw file of HF's rows
     (HF yields each line with its newline, a blank one, a single space in the file, as ""; the
     file ends with a newline, so splitting it on "\n" ends with ""): a page starts at each line
     that, with '= = =' and '= =' collapsed and stripped, reads '= Title ='; a page is its lines
     joined by "\n"; one only of whitespace is dropped, except the last, which is always kept."""
-    pages, lines = [], []
+    pages: list[str] = []
+    lines: list[str] = []
     for line in [row["text"].removesuffix("\n") if row["text"] else " " for row in rows] + [""]:
         heading = line.replace("= = =", "===").replace("= =", "==").strip()
         if heading.startswith("= ") and heading.endswith(" ="):
@@ -77,40 +66,6 @@ def documents(rows: list[dict]) -> list[str]:
 
 
 @torch.inference_mode()
-def rolling_loglikelihood(
-    model: nn.Module, tokens: list[int], prefix: int, max_length: int, meter: Meter
-) -> float:
-    """lm-eval's loglikelihood_rolling: disjoint windows, each token a target exactly once."""
-    device = next(model.parameters()).device
-    total = 0.0
-    for window in get_rolling_token_windows(tokens, prefix, max_length, 1):
-        context, continuation = make_disjoint_window(window)
-        inputs = torch.tensor([(context + continuation)[:-1]], device=device)
-        logprobs = F.log_softmax(model(inputs).logits[0].float(), dim=-1)
-        targets = torch.tensor(continuation, device=device)
-        total += float(logprobs[-len(continuation) :].gather(1, targets[:, None]).double().sum())
-        meter.ran([inputs.shape[1]])
-    return total
-
-
-def lm_eval(
-    model: nn.Module, tokenizer: Tokenizer, docs: list[str], meter: Meter, max_length: int
-) -> dict:
-    """lm-eval's `wikitext`: its detokenizer, process_results, weighted perplexity and bits/byte."""
-    results: dict[str, list[tuple[float, int]]] = {}
-    n_tokens = 0
-    for page in tqdm(docs, desc="rolling perplexity", unit="doc"):
-        tokens = encode(tokenizer, wikitext_detokenizer({"page": page}), "lm-eval")
-        n_tokens += len(tokens)
-        ll = rolling_loglikelihood(model, tokens, lm_eval_prefix(tokenizer), max_length, meter)
-        for name, pair in process_results({"page": page}, [ll]).items():
-            results.setdefault(name, []).append(pair)
-    metrics = {n: weighted_perplexity(results[n]) for n in ("word_perplexity", "byte_perplexity")}
-    metrics["bits_per_byte"] = bits_per_byte(results["bits_per_byte"])
-    metrics["perplexity"] = metrics["word_perplexity"]
-    return {**metrics, "documents": len(docs), "target_tokens": n_tokens}
-
-
 def score(
     model: nn.Module,
     tokenizer: Tokenizer,
@@ -121,9 +76,39 @@ def score(
     meter: Meter,
     limit: int | None,
 ) -> tuple[dict, list[dict]]:
-    """The task's perplexity under `protocol`: the paper's blocks, or lm-eval's documents."""
+    """The task's perplexity under `protocol`. The paper's: exp(token-weighted mean cross-entropy
+    over the shifted positions of all blocks). lm-eval's `wikitext`: its detokenizer,
+    loglikelihood_rolling (disjoint windows, each token a target exactly once), process_results,
+    weighted perplexity and bits/byte over documents."""
+    device = next(model.parameters()).device
     if protocol == "paper":
         blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
-        return paper(model, blocks, settings["batch_size"], meter), []
+        total, count, batch_size = 0.0, 0, settings["batch_size"]
+        for start in tqdm(range(0, len(blocks), batch_size), desc="perplexity", unit="batch"):
+            batch = blocks[start : start + batch_size].to(device)
+            loss, n = block_loss(model, batch)
+            total, count = total + loss, count + n
+            meter.ran([batch.shape[1]] * batch.shape[0])
+        nll = total / count
+        return {"perplexity": math.exp(nll), "blocks": len(blocks), "nll": nll}, []
     docs = documents(rows)[: limit or None]
-    return lm_eval(model, tokenizer, docs, meter, settings["lm_eval_max_length"]), []
+    results: dict[str, list[tuple[float, int]]] = {}
+    n_tokens, prefix, max_length = 0, lm_eval_prefix(tokenizer), settings["lm_eval_max_length"]
+    for page in tqdm(docs, desc="rolling perplexity", unit="doc"):
+        tokens = encode(tokenizer, wikitext_detokenizer({"page": page}), "lm-eval")
+        n_tokens += len(tokens)
+        loglikelihood = 0.0
+        windows = get_rolling_token_windows(tokens, prefix, max_length, 1)
+        for context, continuation in map(make_disjoint_window, windows):
+            inputs = torch.tensor([(context + continuation)[:-1]], device=device)
+            logprobs = F.log_softmax(model(inputs).logits[0].float(), dim=-1)
+            targets = torch.tensor(continuation, device=device)
+            picked = logprobs[-len(continuation) :].gather(1, targets[:, None])
+            loglikelihood += float(picked.double().sum())
+            meter.ran([inputs.shape[1]])
+        for name, pair in process_results({"page": page}, [loglikelihood]).items():
+            results.setdefault(name, []).append(pair)
+    metrics = {n: weighted_perplexity(results[n]) for n in ("word_perplexity", "byte_perplexity")}
+    metrics["bits_per_byte"] = bits_per_byte(results["bits_per_byte"])
+    metrics["perplexity"] = metrics["word_perplexity"]
+    return {**metrics, "documents": len(docs), "target_tokens": n_tokens}, []

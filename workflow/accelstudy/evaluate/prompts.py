@@ -1,7 +1,7 @@
 """HellaSwag and BoolQ rows to a context and choices per (task, protocol); how each tokenises."""
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lm_eval.models.utils import has_bos_prefix
@@ -67,7 +67,7 @@ class ChoiceProtocol:
     name: str  # "paper" | "lm-eval": how texts are encoded (`encode`)
     normalisation: str  # "token" (mean log-prob) or "none" (sum; acc_norm also reported)
     truncation: str  # "right": the scripts keep the first max_length tokens; "left": lm-eval
-    ties: dict[str, int | None]  # accuracy name -> the choice index a tie goes to
+    ties: Mapping[str, int | None]  # accuracy name -> the choice index a tie goes to
     quoted: str = "acc"  # the `accuracy`: lm-eval users quote acc_norm for HellaSwag
 
 

@@ -2,10 +2,11 @@
 packed after it (tests/scoring_references.py holds it to scoring each in full)."""
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,12 @@ def pad_right(rows: list[list[int]], device: torch.device | None = None) -> torc
 Item = tuple[list[int], list[list[int]]]  # (context tokens, each continuation's tokens)
 
 
+def packed_length(item: Item) -> int:
+    """Its packed row's length (`_packed_rows`)."""
+    context, continuations = item
+    return len(context) + sum(max(len(c) - 1, 0) for c in continuations)
+
+
 def _packed_rows(items: list[Item]) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
     """Per item one row: its context, then each continuation but its last token (the last is only
     a target); each token's position (every continuation continues the context) and segment (0 the
@@ -61,42 +68,37 @@ def _tree_mask(segments: list[list[int]], dtype: torch.dtype, device: torch.devi
     index = torch.arange(width, device=device)
     causal = index[:, None] >= index[None, :]
     visible = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])
-    allowed = (causal & visible & (seg[:, None, :] >= 0)) | torch.eye(
-        width, dtype=torch.bool, device=device
-    )
+    diagonal = torch.eye(width, dtype=torch.bool, device=device)
+    allowed = (causal & visible & (seg[:, None, :] >= 0)) | diagonal
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 @torch.inference_mode()
-def score_shared_contexts(model: nn.Module, items: list[Item]) -> list[list[Score]]:
+def score_shared_contexts(model: PreTrainedModel, items: list[Item]) -> list[list[Score]]:
     """Score every item's continuations in one forward pass, one row per item (`_packed_rows`):
     each context runs once, every continuation beside it at once (no KV cache to repeat), and the
     LM head sees only the positions that predict a continuation token."""
     device = next(model.parameters()).device
     ids, positions, segments = _packed_rows(items)
-    dtype = model.get_input_embeddings().weight.dtype
+    # Module.__getattr__'s stub types a submodule's attribute as Tensor | Module
+    dtype = cast(torch.Tensor, model.get_input_embeddings().weight).dtype
+    forward: dict[str, torch.Tensor]
     if any(max(s) > 0 for s in segments):
         mask = _tree_mask(segments, dtype if dtype.is_floating_point else torch.float32, device)
         forward = {"attention_mask": mask, "position_ids": pad_right(positions, device)}
     else:  # contexts only (one-token continuations): the plain causal path, padding masked
         forward = {"attention_mask": pad_right([[1] * len(row) for row in ids], device)}
     hidden = model.get_decoder()(pad_right(ids, device), **forward).last_hidden_state
-    rows, columns, spans = [], [], []  # the positions predicting each continuation's tokens
+    rows: list[int] = []  # the (row, column) positions predicting each continuation's tokens
+    columns: list[int] = []
     for row, (context, continuations) in enumerate(items):
         offset = len(context)
         for cont in continuations:
-            spans.append((len(rows), len(cont)))
             rows += [row] * len(cont)
             columns += [len(context) - 1, *range(offset, offset + len(cont) - 1)][: len(cont)]
             offset += max(len(cont) - 1, 0)
-    index = (
-        torch.tensor(rows, dtype=torch.long, device=device),
-        torch.tensor(columns, dtype=torch.long, device=device),
-    )
-    logprobs = F.log_softmax(model.get_output_embeddings()(hidden[index]).float(), dim=-1)
-    flat = [cont for _, continuations in items for cont in continuations]
-    scores = iter(
-        _score(logprobs[s : s + n], cont) for (s, n), cont in zip(spans, flat, strict=True)
-    )
-    return [[next(scores) for _ in continuations] for _, continuations in items]
+    index = torch.tensor([rows, columns], dtype=torch.long, device=device)
+    logprobs = F.log_softmax(model.get_output_embeddings()(hidden[index[0], index[1]]).float(), -1)
+    chunks = iter(logprobs.split([len(c) for _, continuations in items for c in continuations]))
+    return [[_score(next(chunks), c) for c in continuations] for _, continuations in items]

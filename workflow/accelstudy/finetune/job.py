@@ -4,10 +4,10 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForCausalLM
+from transformers import PretrainedConfig
 
 from accelstudy.data.sources import describe_source, read_source
-from accelstudy.finetune.planner import fit_check, load_config
+from accelstudy.finetune.planner import fit_check, load_config, meta_model
 from accelstudy.flops import training_per_token
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import FinetunePoint
@@ -17,14 +17,13 @@ from accelstudy.snapshots import identity
 WORKER = "accelstudy.finetune.train"
 
 
-def unsupported(point: FinetunePoint, model_dir: Path, device_kind: str) -> str | None:
+def unsupported(point: FinetunePoint, config: PretrainedConfig, device_kind: str) -> str | None:
     """Why this machine cannot run the point as asked, or None."""
     if point.strategy == "zero3" and importlib.util.find_spec("deepspeed") is None:
         return "zero3 needs DeepSpeed, which is not installed"
-    if point.attention == "fused" and device_kind != "hpu":
-        model_class = AutoModelForCausalLM._model_mapping[type(load_config(model_dir))]
-        if not getattr(model_class, "_supports_sdpa", False):
-            return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"
+    model_class = type(meta_model(config))  # the plan's, already built
+    if point.attention == "fused" and device_kind != "hpu" and not model_class._supports_sdpa:
+        return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"
     return None
 
 
@@ -33,12 +32,10 @@ def run(
 ) -> dict[str, Any]:
     """Plan, then (unless predicted not to fit) train one point; write its record."""
     job = PointJob.from_flags(**flags)
-    # the ranks' device, which a launcher without cards (a Kubeflow MPIJob's) lacks
-    ranks_device = job.system.device if job.device_kind == "auto" else job.device.kind
     asked, config = point, load_config(model_dir)
-    point = point.replace(dtype=job.ranks_dtype(point.dtype, point.cards, ranks_device))
-    metrics, over = fit_check(config, point, job.system, ranks_device)
-    reason = unsupported(point, model_dir, ranks_device)
+    point = point.replace(dtype=job.ranks_dtype(point.dtype, point.cards))
+    metrics, over = fit_check(config, point, job.system, job.ranks_device)
+    reason = unsupported(point, config, job.ranks_device)
     if reason and point.on_unsupported != "record":
         raise PointFailed(f"{reason} (or set finetune.on_unsupported: record)")
     if reason:
@@ -52,8 +49,8 @@ def run(
         if outcome["status"] != "ok":
             metrics["error"] = outcome.get("error", "")
     rank = point.lora.rank if point.method == "lora" else 0
-    args = (config.to_dict(), point.max_seq_length, rank, point.lora.targets)
-    metrics["flops_per_token"] = training_per_token(*args)
+    flops = training_per_token(config.to_dict(), point.max_seq_length, rank, point.lora.targets)
+    metrics["flops_per_token"] = flops
     file = point.data.get("file")  # the rules' points read a prepared file; else generated
     data = read_source(file) if file else describe_source(point.data, "train")
     inputs = {"model": identity(model_dir), "data": data}

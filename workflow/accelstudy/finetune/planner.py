@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 import torch
 import yaml
-from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from accelstudy.config import validate_config
 from accelstudy.errors import ConfigError
@@ -20,7 +20,7 @@ from accelstudy.points import FinetunePoint, finetune_cells, finetune_point
 from accelstudy.snapshots import weights_dir
 from accelstudy.systems import System, load_system
 
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Beyond the tensors counted here, stated, not fitted per point: cpu, allocator slack, thread
 # pools, oneDNN's reordered bf16 weights; cuda, context and cuBLAS workspaces; hpu, the runtime.
 FRAMEWORK_OVERHEAD = {"cpu": 0.3e9, "cuda": 1.0e9, "hpu": 2.0e9}
@@ -30,7 +30,7 @@ ZERO3_PERSISTENCE = 100_000  # DeepSpeed's default stage3_param_persistence_thre
 HOST_PROCESS = {"cpu": 0.6e9, "cuda": 3.0e9, "hpu": 4.0e9}
 CHECKPOINT_SHARD = 5e9  # what a zero.Init rank reads at once: save_pretrained's default shard
 TOKEN_COLUMNS = 3  # a training block: input_ids, labels, attention_mask (int64 each)
-_META_MODELS: dict[str, torch.nn.Module] = {}  # meta_model's, by config
+_META_MODELS: dict[str, PreTrainedModel] = {}  # meta_model's, by config
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,11 @@ class HostPlan:
 
 def load_config(model: str | Path) -> PretrainedConfig:
     """A config from a directory (a prepared model, or one under resources/models)."""
-    path = weights_dir(model) if Path(model).is_dir() else RESOURCES / "models" / str(model)
+    path = weights_dir(Path(model)) if Path(model).is_dir() else RESOURCES / "models" / str(model)
     return AutoConfig.from_pretrained(str(path))
 
 
-def meta_model(config: PretrainedConfig) -> torch.nn.Module:
+def meta_model(config: PretrainedConfig) -> PreTrainedModel:
     """Built once per config: a plan of the paper's sweep asks for each model hundreds of times."""
     key = config.to_json_string()
     if key not in _META_MODELS:
@@ -98,23 +98,23 @@ def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str,
             if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets:
                 # LoRA's A (rank x in) and B (out x rank)
                 tensors += [(rank * module.in_features, True), (module.out_features * rank, True)]
-    width, n, strategy = BYTES[point.dtype], point.cards, point.strategy
+    width, cards, strategy = DTYPE_BYTES[point.dtype], point.cards, point.strategy
     persistence = point.zero3_persistence_threshold
     persistence = ZERO3_PERSISTENCE if persistence is None else persistence
     # FSDP: accelerate's mixed precision upcasts the trainable weights to FP32 shards
     trained = 4 if strategy == "fsdp" else width
-    out = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
+    totals = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
     for elements, trainable in tensors:
-        share = elements if strategy == "ddp" else math.ceil(elements / n)
+        share = elements if strategy == "ddp" else math.ceil(elements / cards)
         held = share + (elements if strategy == "zero3" and elements < persistence else 0)
-        out["parameters"] += held * (trained if trainable else width)
+        totals["parameters"] += held * (trained if trainable else width)
         if trainable:
-            out["gradients"] += share * trained
-            out["optimizer"] += share * (12 if strategy == "zero3" else 2 * trained)
+            totals["gradients"] += share * trained
+            totals["optimizer"] += share * (12 if strategy == "zero3" else 2 * trained)
     # AdamW's step: one per trainable tensor; DeepSpeed's optimizer sees one flat group
     steps = 1 if strategy == "zero3" else sum(1 for _, trainable in tensors if trainable)
-    out["optimizer"] += 4 * steps
-    return out
+    totals["optimizer"] += 4 * steps
+    return totals
 
 
 def activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
@@ -122,7 +122,7 @@ def activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
     and outputs (4h), q, k, v (h + 2kv), q and k after RoPE (h + kv), k and v per query head (2h),
     attention output and o_proj's input (2h), LoRA's inputs (h per target), the MLP's 4i; eager
     attention adds the scores and their FP32 softmax twice. Logits: the dtype, then FP32 thrice."""
-    b, s, width = point.per_device_batch, point.max_seq_length, BYTES[point.dtype]
+    b, s, width = point.per_device_batch, point.max_seq_length, DTYPE_BYTES[point.dtype]
     h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or h // heads
@@ -141,9 +141,9 @@ def plan(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryP
     states = model_state_bytes(model, point) | {"activations": activation_bytes(config, point)}
     layers = model.get_decoder().layers
     layer = sum(p.numel() for p in layers[0].parameters())
-    rest = sum(p.numel() for p in model.parameters()) - len(layers) * layer
+    rest = model.num_parameters() - len(layers) * layer
     sharded = point.strategy != "ddp" and point.cards > 1
-    gathered = (rest + 2 * layer) * BYTES[point.dtype] if sharded else 0
+    gathered = (rest + 2 * layer) * DTYPE_BYTES[point.dtype] if sharded else 0
     return MemoryPlan(**states, gathered=gathered, overhead=int(FRAMEWORK_OVERHEAD[device]))
 
 
@@ -152,7 +152,7 @@ def plan_host(
 ) -> HostPlan:
     """Rank 0's node (the busiest), per rank: its process, the larger of the weights it loads
     (ZeRO-3: its partition and a file read; FSDP: rank 0, all on Gaudi) and a cpu plan, its data."""
-    weights = sum(p.numel() for p in meta_model(config).parameters()) * BYTES[point.dtype]
+    weights = meta_model(config).num_parameters() * DTYPE_BYTES[point.dtype]
     blocks = point.max_steps * point.samples_per_step * point.cards
     data = blocks * point.max_seq_length * TOKEN_COLUMNS * 8
     resident = plan(config, point, device).total if device == "cpu" else 0
@@ -248,7 +248,7 @@ def plan_study(configfile: Path, system: list[str], every_point: bool) -> None:
             print(shown.drop(columns="system").to_string(index=False, float_format="%.1f"))
         for dtype in rows["dtype"].dropna().unique():
             limit = peak(machine, machine.device, dtype, 1, 1)
-            shown = f"{limit['flops_per_s'] / 1e12:g} TFLOP/s, " if "flops_per_s" in limit else ""
-            print(f"  peak per card in {dtype}: {shown}{limit['source']}")
+            rate = f"{limit['flops_per_s'] / 1e12:g} TFLOP/s, " if "flops_per_s" in limit else ""
+            print(f"  peak per card in {dtype}: {rate}{limit['source']}")
         if "host_offer_gb" in rows and rows["host_offer_gb"].isna().all():
             print(f"  host RAM unplanned: config/systems/{name}.yaml states no host_memory_gb")

@@ -23,7 +23,7 @@ QUIET = dict(save_strategy="no", eval_strategy="no", report_to="none", disable_t
 # alone loads the weights (RAM-efficient loading) and accelerate broadcasts them.
 FSDP2 = dict(version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", reshard_after_forward=True)
 FSDP2 |= dict(cpu_offload=False, cpu_ram_efficient_loading=True)
-# The authors' fsdp_config.json (optimum-habana's language-modeling example) without its keys'
+# The authors' FSDP settings (optimum-habana's language-modeling example) without their keys'
 # `fsdp_` prefix (FULL_SHARD, auto wrap and no offload come from `fsdp` itself)
 GAUDI_FSDP = dict(state_dict_type="FULL_STATE_DICT", use_orig_params=True, sync_module_states=True)
 GAUDI_FSDP |= dict(activation_checkpointing=False, backward_prefetch="BACKWARD_PRE")
@@ -78,7 +78,7 @@ def prepare_state(strategy: str, device_kind: str) -> None:
 
 def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers: list[str]) -> Any:
     """The authors' recipe: constant lr (their warmup_ratio did nothing), torch's AdamW (Habana's
-    fused AdamW keeps the same states); on Gaudi GaudiTrainingArguments, as run_lora_clm.py."""
+    fused AdamW keeps the same states); on Gaudi GaudiTrainingArguments as Habana's LoRA example."""
     kwargs: dict[str, Any] = dict(output_dir=str(out), seed=point.seed, **QUIET)
     kwargs["logging_steps"] = 1  # every step's loss, for the record
     kwargs.update(max_steps=point.max_steps, per_device_train_batch_size=point.per_device_batch)
@@ -114,8 +114,8 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
 
 
 def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwargs: Any) -> Any:
-    """StrategyTrainer; on Gaudi GaudiTrainer as run_lora_clm.py, its model flags (fused: Habana's
-    flash attention; compiled: no fused RoPE) on the generation config, where it reads them."""
+    """StrategyTrainer; on Gaudi GaudiTrainer as Habana's LoRA example, its model flags (fused:
+    Habana's flash attention; compiled: no fused RoPE) on the generation config, which it reads."""
     if device_kind != "hpu":
         return StrategyTrainer(model=model, args=args, **kwargs)
     from optimum.habana import GaudiConfig, GaudiTrainer

@@ -18,17 +18,12 @@ import torch
 from accelerate import init_empty_weights
 from datasets import Dataset
 from peft import LoraConfig, TaskType, get_peft_model
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    TrainerCallback,
-    default_data_collator,
-)
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, default_data_collator
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from accelstudy import ranks, timeline
 from accelstudy.data.instructions import concatenated_blocks, load_examples
-from accelstudy.device import DTYPES, host_peak_rss, resolve
+from accelstudy.device import DTYPES, Device, host_peak_rss
 from accelstudy.finetune import strategies
 from accelstudy.finetune.planner import load_config
 from accelstudy.models import DTYPE_KWARG
@@ -80,7 +75,7 @@ class Meter(TrainerCallback):
         warmup, end = self.warmup_steps if warmed else 0, self.times["end"]
         timed_s = end - self.times["warm" if warmed else "begin"]
         samples = (steps - self.start - warmup) * point.samples_per_step * world
-        metrics = {"train_runtime_s": end - self.times["begin"], "steps": steps}
+        metrics: dict[str, Any] = {"train_runtime_s": end - self.times["begin"], "steps": steps}
         metrics.update(throughput_warmup_steps=warmup, samples_per_s=samples / timed_s)
         metrics["tokens_per_s"] = samples * point.max_seq_length / timed_s
         metrics.update(final_loss=self.losses[-1] if self.losses else math.nan, losses=self.losses)
@@ -96,42 +91,35 @@ def decoder_layer_classes(model_dir: Path) -> list[str]:
     return sorted({c.__name__ for c in classes if wanted & {base.__name__ for base in c.mro()}})
 
 
-def load_model(model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"):
+def load_model(
+    model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """The model and LoRA adapters in the point's dtype; a rank that does not load gets untouched
     parameters (distinct: accelerate maps them by address) and real buffers (RoPE's tables)."""
-    model_dir = weights_dir(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    weights = str(weights_dir(model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(weights)
     kwargs: dict[str, Any] = {DTYPE_KWARG: DTYPES[point.dtype]}
     if device_kind != "hpu":
         kwargs["attn_implementation"] = strategies.ATTENTION[point.attention]
     # all ranks but under torch's FSDP, where rank 0 alone loads (RAM-efficient loading)
     if point.strategy != "fsdp" or device_kind == "hpu" or os.environ.get("RANK", "0") == "0":
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), use_safetensors=True, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(weights, use_safetensors=True, **kwargs)
     else:
         with init_empty_weights(include_buffers=False):
-            config = AutoConfig.from_pretrained(str(model_dir))
-            model = AutoModelForCausalLM.from_config(config, **kwargs)
+            model = AutoModelForCausalLM.from_config(load_config(model_dir), **kwargs)
         buffers = [(module, dict(module._buffers)) for module in model.modules()]
         model.to_empty(device="cpu")
         for module, kept in buffers:
             module._buffers.update(kept)
         model.tie_weights()
     model.config.use_cache = False
-    if point.method == "lora":
-        lora, causal = point.lora, TaskType.CAUSAL_LM
-        shape = dict(r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.targets))
-        config = LoraConfig(**shape, lora_dropout=lora.dropout, bias="none", task_type=causal)
-        torch.manual_seed(point.seed)  # LoRA's A: the same start whichever way the model loaded
-        model = get_peft_model(model, config, autocast_adapter_dtype=False)
-    return model, tokenizer
-
-
-def train_dataset(point: FinetunePoint, tokenizer, world_size: int):
-    """Exactly the blocks the steps consume: steps x batch x accumulation x ranks."""
-    needed = point.max_steps * point.samples_per_step * world_size
-    examples = load_examples(point.data or {"source": "standin"})
-    blocks = concatenated_blocks(examples, tokenizer, point.max_seq_length, limit=needed)
-    return Dataset.from_dict(blocks)
+    if point.method != "lora":
+        return model, tokenizer
+    lora, causal = point.lora, TaskType.CAUSAL_LM
+    shape: dict[str, Any] = dict(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout)
+    adapters = LoraConfig(**shape, target_modules=list(lora.targets), bias="none", task_type=causal)
+    torch.manual_seed(point.seed)  # LoRA's A: the same start whichever way the model loaded
+    return get_peft_model(model, adapters, autocast_adapter_dtype=False), tokenizer
 
 
 def checkpoint_dir(out: Path) -> Path:
@@ -145,8 +133,7 @@ def last_checkpoint(directory: Path) -> Path | None:
     return max(done, key=lambda path: int(path.name.rpartition("-")[2]), default=None)
 
 
-def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measured:
-    device = resolve(point.device or "auto")
+def run_point(point: FinetunePoint, model_dir: Path, out: Path, device: Device) -> ranks.Measured:
     # the launcher's OMP_NUM_THREADS wins (torchrun sets 1 where none is given)
     for key, value in strategies.process_env().items():
         os.environ.setdefault(key, value)
@@ -160,9 +147,13 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path) -> ranks.Measure
         args = strategies.training_arguments(point, kept or Path(scratch), device.kind, layers)
         model, tokenizer = load_model(model_dir, point, device.kind)  # after the args: zero.Init
         loaded = psutil.Process().memory_info().rss - baseline
+        # exactly the blocks the steps consume: steps x batch x accumulation x ranks
+        needed = point.max_steps * point.samples_per_step * args.world_size
+        examples = load_examples(point.data or {"source": "standin"})
+        blocks = concatenated_blocks(examples, tokenizer, point.max_seq_length, limit=needed)
         meter = Meter(point.throughput_warmup_steps)
-        data = train_dataset(point, tokenizer, args.world_size)
         kwargs = dict(args=args, data_collator=default_data_collator, callbacks=[meter])
+        data = Dataset.from_dict(blocks)
         trainer = strategies.trainer(point, device.kind, model, train_dataset=data, **kwargs)
         resume = last_checkpoint(kept) if kept else None
         steps = trainer.train(resume_from_checkpoint=str(resume) if resume else None).global_step

@@ -39,8 +39,8 @@ def cluster_ranks(
         from sklearn.cluster import KMeans
 
         labels = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(values[:, None])
-        order = sorted(set(labels), key=lambda label: -values[labels == label].mean())
-        return [order.index(label) for label in labels]
+        by_sensitivity = sorted(set(labels.tolist()), key=lambda c: -values[labels == c].mean())
+        return [by_sensitivity.index(label) for label in labels.tolist()]
     if method == "median":
         # the real Gaudi path: score >= median -> high precision (rank 0), else rank 1
         return [0 if v >= np.median(values) else 1 for v in values]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 GRANULARITIES = ("layer", "layer-per-tensor", "submodule")
 MLP, ATTENTION = ("gate_proj", "up_proj", "down_proj"), ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -22,7 +23,7 @@ class Target:
     per_tensor: bool  # one threshold per tensor (else one over all of them)
 
 
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
+def decoder_layers(model: PreTrainedModel) -> nn.ModuleList:
     return model.get_decoder().layers
 
 
@@ -37,7 +38,7 @@ class DecoderLinear:
     linear: nn.Linear
 
 
-def decoder_linears(model: nn.Module) -> list[DecoderLinear]:
+def decoder_linears(model: PreTrainedModel) -> list[DecoderLinear]:
     """Every Linear of the decoder layers, in order (lm_head and embeddings excluded)."""
     return [
         DecoderLinear(f"layer-{index:02d}.{name}", index, layer, name, module)
@@ -47,7 +48,7 @@ def decoder_linears(model: nn.Module) -> list[DecoderLinear]:
     ]
 
 
-def targets(model: nn.Module, granularity: str, family: str = "mlp") -> list[Target]:
+def targets(model: PreTrainedModel, granularity: str, family: str = "mlp") -> list[Target]:
     """Every pruning target of the model, in layer order."""
     if granularity not in GRANULARITIES:
         raise ValueError(f"unknown granularity '{granularity}'; expected one of {GRANULARITIES}")
@@ -63,7 +64,8 @@ def targets(model: nn.Module, granularity: str, family: str = "mlp") -> list[Tar
         if granularity == "layer-per-tensor":
             # the authors' A100 WikiText script: a threshold per tensor, norm weights included
             norms = [m for m in layer.modules() if "norm" in type(m).__name__.lower()]
-            tensors += tuple(m.weight for m in norms if getattr(m, "weight", None) is not None)
+            weights = (getattr(m, "weight", None) for m in norms)
+            tensors += tuple(w for w in weights if isinstance(w, torch.Tensor))
         out.append(Target(f"layer-{index:02d}", index, tensors, granularity != "layer"))
     return out
 

@@ -4,7 +4,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 from torch import nn
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedModel
 
 from accelstudy.data.sources import read_prepared
 from accelstudy.device import DTYPES
@@ -48,7 +48,7 @@ def paper_ratio(shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_si
 
 def saved_bytes(model: nn.Module) -> int:
     """Bytes of the model's state dict saved as safetensors (shared tensors counted once)."""
-    tensors = {}  # the first name of each storage (an empty tensor is its own)
+    tensors: dict[object, tuple[str, torch.Tensor]] = {}  # each storage's first name and tensor
     for name, tensor in model.state_dict().items():
         key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)) if tensor.numel() else name
         tensors.setdefault(key, (name, tensor))
@@ -63,21 +63,22 @@ def prepared_bytes(model_dir: Path) -> int:
     return fp32_bytes(weights_dir(model_dir))
 
 
-Bits = dict[str, int | None]  # decoder Linear -> bits; None: not assigned, kept high precision
-Stored = tuple[nn.Module, int, float, str]  # model as evaluated, bytes, paper's ratio, note
+Bits = Mapping[str, int | None]  # decoder Linear -> bits; None: not assigned, kept high precision
+# what a recipe returns: the model as evaluated, its stored bytes, the paper's ratio, a note
+RecipeResult = tuple[nn.Module, int, float, str]
 
 
-def sizes(model: nn.Module) -> dict[str, int]:
+def weight_counts(model: PreTrainedModel) -> dict[str, int]:
     return {e.key: e.linear.weight.numel() for e in decoder_linears(model)}
 
 
-def high(bits: Bits) -> dict[str, int]:
+def bits_or_16(bits: Bits) -> dict[str, int]:
     return {key: 16 if b is None else b for key, b in bits.items()}
 
 
-def fake(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
+def fake(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
     """Simulated: the weights stay FP32, so the stored bytes are the prepared model's."""
-    shapes = {e.key: tuple(e.linear.weight.shape) for e in decoder_linears(model)}
+    shapes = {e.key: (e.linear.out_features, e.linear.in_features) for e in decoder_linears(model)}
     weights.fake_quantize(model, bits, job.group_size, job.symmetric)
     ratio = paper_ratio([(shapes[k], b) for k, b in bits.items() if b is not None], job.group_size)
     return model, prepared_bytes(job.model_dir), ratio, "simulated: quantize-dequantize in FP32"
@@ -94,31 +95,33 @@ def compute_in(model: nn.Module, dtype: torch.dtype) -> None:
                 tensor.data = tensor.data.to(dtype)
 
 
-def nvidia(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
-    n = sizes(model)
-    weights.quantize_nvidia(model, high(bits), job.group_size)
-    stored = sum(n[k] * weights.bits_per_weight(b, job.group_size) for k, b in high(bits).items())
+def nvidia(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
+    n, module_bits = weight_counts(model), bits_or_16(bits)
+    weights.quantize_nvidia(model, module_bits, job.group_size)
+    stored = sum(n[k] * weights.bits_per_weight(b, job.group_size) for k, b in module_bits.items())
     note = "FP16 / INT8 / packed INT4 storage, dequantized before each matmul"
     return model, saved_bytes(model), 32 * sum(n.values()) / stored, note
 
 
-def fp8(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
+def fp8(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
     """The Gaudi recipe: the high-precision cluster (bits >= 16) in BF16, the rest in FP8."""
-    fp8_keys = [key for key, b in high(bits).items() if b < 16]
-    n = sizes(model)
+    fp8_keys = [key for key, b in bits_or_16(bits).items() if b < 16]
+    n = weight_counts(model)
     ratio = 32 * sum(n.values()) / sum(n[k] * (8 if k in fp8_keys else 16) for k in n)
     if job.device.kind == "hpu":
-        model = fp8_on_hpu(job, model, fp8_keys)
+        quantized = fp8_on_hpu(job, model, fp8_keys)
         note = f"Intel Neural Compressor FP8 ({job.fp8_format}) MEASURE + QUANTIZE on HPU"
-    else:
-        dtypes = {key: "fp8" if key in fp8_keys else "bf16" for key in bits}
-        weights.quantize_fp8_standin(model, dtypes, job.fp8_format)
-        note = f"stand-in: torch float8 ({job.fp8_format}) weights with per-channel scales; no HPU"
+        return quantized, saved_bytes(quantized), ratio, note
+    dtypes = {key: "fp8" if key in fp8_keys else "bf16" for key in bits}
+    weights.quantize_fp8_standin(model, dtypes, job.fp8_format)
+    note = f"stand-in: torch float8 ({job.fp8_format}) weights with per-channel scales; no HPU"
     return model, saved_bytes(model), ratio, note
 
 
-def fp8_on_hpu(job: QuantJob, model: nn.Module, fp8_keys: list[str]) -> nn.Module:
+def fp8_on_hpu(job: QuantJob, model: PreTrainedModel, fp8_keys: list[str]) -> nn.Module:
     """INC's MEASURE on 512 calibration blocks or items, then QUANTIZE; each loads fresh BF16."""
+    if job.calibration is None:
+        raise ValueError("recipe 'fp8' on an HPU needs --calibration: the FP8 MEASURE pass's rows")
     full_names = {module: name for name, module in model.named_modules()}
     names = [full_names[e.linear] for e in decoder_linears(model) if e.key in fp8_keys]
     tokenizer = AutoTokenizer.from_pretrained(str(weights_dir(job.model_dir)))
@@ -137,17 +140,16 @@ def fp8_on_hpu(job: QuantJob, model: nn.Module, fp8_keys: list[str]) -> nn.Modul
     return weights.quantize_fp8_inc(fresh_bf16, names, job.fp8_format, calibrate, stats)
 
 
-def bf16(job: QuantJob, model: nn.Module, bits: Bits) -> Stored:
+def bf16(job: QuantJob, model: nn.Module, bits: Bits) -> RecipeResult:
     model.to(torch.bfloat16)
     return model, saved_bytes(model), 2.0, "whole model in bfloat16 (the CPU recipe)"
 
 
-def module_assignment(model: nn.Module, spec: dict[str, Any], source: Path) -> Bits:
+def module_assignment(model: PreTrainedModel, spec: dict[str, Any], source: Path) -> Bits:
     """Decoder Linear -> bits; None (kept high precision) where a one-family scan left it out."""
     keys, what = [entry.key for entry in decoder_linears(model)], f"assignment '{source}'"
     if "module_bits" in spec:
-        unknown = sorted(set(spec["module_bits"]) - set(keys))
-        if unknown:
+        if unknown := sorted(set(spec["module_bits"]) - set(keys)):
             raise SensitivityTableError(f"{what} names modules the model lacks: {unknown[:3]}")
         return {key: spec["module_bits"].get(key) for key in keys}
     layer_bits = {int(k): v for k, v in spec["layer_bits"].items()}
@@ -177,9 +179,9 @@ def quantize(**flags: Any) -> dict[str, Any]:
     compute = DTYPES[job.resolve_dtype(asked, job.device.kind)]
     compute_in(model, compute)
     metrics = job.evaluate(model, tokenizer, "paper")
-    fp32_bytes = prepared_bytes(job.model_dir)
+    reference = prepared_bytes(job.model_dir)
     metrics["compression_ratio"] = round(ratio, 4)
-    metrics.update(model_compression_ratio=round(fp32_bytes / stored, 4), stored_bytes=stored)
+    metrics.update(model_compression_ratio=round(reference / stored, 4), stored_bytes=stored)
     parameters = {"bits": spec["bits"], "method": spec["method"], "recipe": job.recipe}
     parameters["fp8_format"] = job.fp8_format if job.recipe == "fp8" else None
     parameters |= {"remainder": spec.get("remainder"), "sensitivity": spec.get("sensitivity")}
@@ -188,5 +190,5 @@ def quantize(**flags: Any) -> dict[str, Any]:
     parameters |= {"settings": job.settings, "note": note}
     parameters["compute_dtype"] = str(compute).removeprefix("torch.")
     method = f"{job.recipe} {bits_label(spec['bits'])}"
-    return job.write(job.measured(stage="quantized", method=method, protocol="paper",
-                                  parameters=parameters, metrics=metrics))  # fmt: skip
+    measured = {"protocol": "paper", "parameters": parameters, "metrics": metrics}
+    return job.write(job.measured(stage="quantized", method=method, **measured))

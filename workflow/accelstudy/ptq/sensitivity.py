@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
-from transformers import PreTrainedTokenizerBase as Tokenizer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accelstudy import device as devices
 from accelstudy.data.sources import read_prepared
@@ -24,7 +24,7 @@ from accelstudy.evaluate.scoring import Score, pad_right
 from accelstudy.files import write_json
 from accelstudy.models import load_prepared
 from accelstudy.ptq import SCAN_KEYS
-from accelstudy.ptq.prune import decoder_layers, pruned, targets
+from accelstudy.ptq.prune import Target, decoder_layers, pruned, targets
 from accelstudy.tasks import TASKS
 
 
@@ -32,13 +32,15 @@ from accelstudy.tasks import TASKS
 class Calibration:
     """Token batches and, for accuracy tasks, what each row of each batch scores."""
 
-    kind: str  # "perplexity" | "accuracy"
     batches: list[torch.Tensor]
-    protocol: ChoiceProtocol | None = None
+    protocol: ChoiceProtocol | None = None  # None: a perplexity task
     requests: list[ChoiceRequest] = field(default_factory=list)
-    layouts: list[list[tuple[int, int, list[int]]]] = field(
-        default_factory=list
-    )  # row, start, cont
+    # per batch, each choice's row in it, where its continuation starts, and the continuation
+    layouts: list[list[tuple[int, int, list[int]]]] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return "perplexity" if self.protocol is None else "accuracy"
 
     @property
     def tokens(self) -> int:
@@ -47,7 +49,7 @@ class Calibration:
     def contribution(self, index: int, logits: torch.Tensor) -> tuple[float, int]:
         """(summed loss, count) for perplexity; (correct, 1) for accuracy."""
         batch = self.batches[index]
-        if self.kind == "perplexity":
+        if self.protocol is None:
             return shifted_cross_entropy(logits, batch.to(logits.device))
         logprobs = F.log_softmax(logits.float(), dim=-1)
         scores = []
@@ -65,14 +67,14 @@ class Calibration:
 
 
 def build_calibration(
-    tokenizer: Tokenizer, task: str, rows: list, limit: int | None, settings: dict
+    tokenizer: PreTrainedTokenizerBase, task: str, rows: list, limit: int | None, settings: dict
 ) -> Calibration:
     """The first `limit` blocks, batched, or items: each a batch of (context + choice)[:-1]s."""
     if TASKS[task].kind == "perplexity":
         blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
-        return Calibration("perplexity", list(torch.split(blocks, settings["batch_size"])))
+        return Calibration(list(torch.split(blocks, settings["batch_size"])))
     spec, max_length = CHOICE_PROTOCOLS[(task, "paper")], settings[f"{task}_max_length"]
-    calibration = Calibration("accuracy", [], spec)
+    calibration = Calibration([], spec)
     for row in rows[:limit] if limit else rows:
         request = spec.build(row)
         context, continuations = tokenize_request(tokenizer, request, spec, max_length)
@@ -98,11 +100,10 @@ class PrefixCache:
     """One unpruned pass: per batch, the hidden states entering `layers`, kwargs, contributions."""
 
     @torch.inference_mode()
-    def __init__(self, model: nn.Module, calibration: Calibration, layers: set[int]):
+    def __init__(self, model: PreTrainedModel, calibration: Calibration, layers: set[int]):
         self.model, self.calibration = model, calibration
         self.hidden: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
         self.kwargs: list[dict] = []
-        self.base: list[tuple[float, int]] = []
 
         def capture(index: int, _module: nn.Module, args: tuple, kwargs: dict) -> None:
             self.hidden[index].append((args[0] if args else kwargs["hidden_states"]).clone())
@@ -112,45 +113,48 @@ class PrefixCache:
         hooks = [(decoder_layers(model)[i], partial(capture, i)) for i in layers]
         handles = [layer.register_forward_pre_hook(h, with_kwargs=True) for layer, h in hooks]
         try:
-            device = next(model.parameters()).device
-            for index, batch in enumerate(calibration.batches):
-                logits = model(batch.to(device), use_cache=False).logits
-                self.base.append(calibration.contribution(index, logits))
+            self.base = contributions(model, calibration)
         finally:
             for handle in handles:
                 handle.remove()
 
     @torch.inference_mode()
-    def metric(self, start: int) -> float:
-        """The metric from running layers start..L-1 on the cached inputs of layer `start`."""
-        contributions = []
+    def rerun(self, start: int) -> list[tuple[float, int]]:
+        """Each batch's contribution from running layers start..L-1 on its input to `start`."""
+        parts = []
         for index, hidden in enumerate(self.hidden[start]):
             for layer in decoder_layers(self.model)[start:]:
                 out = layer(hidden, **self.kwargs[index])
                 hidden = out[0] if isinstance(out, tuple) else out
             logits = self.model.get_output_embeddings()(self.model.get_decoder().norm(hidden))
-            contributions.append(self.calibration.contribution(index, logits))
-        return self.calibration.metric(contributions)
+            parts.append(self.calibration.contribution(index, logits))
+        return parts
 
 
 @torch.inference_mode()
-def full_metric(model: nn.Module, calibration: Calibration) -> float:
+def contributions(model: nn.Module, calibration: Calibration) -> list[tuple[float, int]]:
+    """Each batch's contribution from a forward pass of the whole model."""
     device = next(model.parameters()).device
     logits = (model(batch.to(device), use_cache=False).logits for batch in calibration.batches)
-    return calibration.metric([calibration.contribution(i, x) for i, x in enumerate(logits)])
+    return [calibration.contribution(i, x) for i, x in enumerate(logits)]
 
 
 def scan(
-    model: nn.Module, calibration: Calibration, chunk: list, sparsity: float, prefix_reuse=True
+    model: PreTrainedModel,
+    calibration: Calibration,
+    chunk: list[Target],
+    sparsity: float,
+    prefix_reuse: bool = True,
 ) -> tuple[float, list[TargetScore], dict[str, float]]:
-    """(base metric, a score per target, timing) for the targets (prune.Target) of one chunk."""
+    """(base metric, a score per target, timing) for the targets of one chunk."""
     started = time.perf_counter()
     cache = PrefixCache(model, calibration, {t.layer for t in chunk}) if prefix_reuse else None
-    base = calibration.metric(cache.base) if cache else full_metric(model, calibration)
+    base = calibration.metric(cache.base if cache else contributions(model, calibration))
     results = []
     for target in tqdm(chunk, desc="sensitivity", unit="target"):
         with pruned(target, sparsity) as zeroed:
-            metric = cache.metric(target.layer) if cache else full_metric(model, calibration)
+            parts = cache.rerun(target.layer) if cache else contributions(model, calibration)
+        metric = calibration.metric(parts)
         # the damage pruning does: a rise in perplexity, a fall in accuracy (zero or less stays)
         score = metric - base if calibration.kind == "perplexity" else base - metric
         results.append(TargetScore(target.name, target.layer, metric, score, zeroed))
@@ -158,7 +162,7 @@ def scan(
     return base, results, {"wall_time_s": wall, "tokens": calibration.tokens * (len(chunk) + 1)}
 
 
-def chunk_targets(all_targets: list, chunks: int, index: int) -> list:
+def chunk_targets(all_targets: list[Target], chunks: int, index: int) -> list[Target]:
     """The index-th of `chunks` near-equal consecutive slices."""
     size, extra = divmod(len(all_targets), chunks)
     start = index * size + min(index, extra)
@@ -184,14 +188,15 @@ def sensitivity_chunk(
     """The `sensitivity` stage: prune each target of one chunk in turn; write its scores."""
     device = devices.resolve(device_kind)
     model, tokenizer = load_prepared(model_dir)
-    model.to(device.torch)
+    model.to(device.torch)  # type: ignore[arg-type]  # transformers wraps .to: mypy binds no self
     calibration = build_calibration(tokenizer, task, read_prepared(data), limit, settings)
     all_targets = targets(model, granularity, family)
     mine = chunk_targets(all_targets, chunks, chunk)
     base, scores, timing = scan(model, calibration, mine, sparsity, prefix_reuse)
     scanned = dict(zip(SCAN_KEYS, (granularity, family, sparsity, limit), strict=True))
-    payload = {"task": task, "metric": calibration.kind, "base": base, **scanned, "chunk": chunk}
-    payload |= {"chunks": chunks, "n_targets": len(all_targets), "prefix_reuse": prefix_reuse}
-    payload |= {"device": device.kind, "scores": [s.__dict__ for s in scores], **timing}
+    payload: dict[str, Any] = {"task": task, "metric": calibration.kind, "base": base, **scanned}
+    payload |= {"chunk": chunk, "chunks": chunks, "n_targets": len(all_targets)}
+    payload |= {"prefix_reuse": prefix_reuse, "device": device.kind}
+    payload |= {"scores": [s.__dict__ for s in scores], **timing}
     write_json(out, payload)
     return payload

@@ -1,10 +1,12 @@
 """How a recipe stores decoder Linears: fake quantized in FP32, or truly low precision (swapped)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import PreTrainedModel
 
 from accelstudy.ptq.prune import decoder_linears
 
@@ -36,23 +38,26 @@ def quantize_dequantize(
 
 @torch.no_grad()
 def fake_quantize(
-    model: nn.Module, module_bits: dict[str, int | None], group_size=128, symmetric=True
+    model: PreTrainedModel, module_bits: Mapping[str, int | None], group_size=128, symmetric=True
 ) -> int:
     """Quantize-dequantize decoder Linears to their bits in place (None: FP32); how many changed."""
-    chosen = [(e.linear.weight, module_bits.get(e.key)) for e in decoder_linears(model)]
-    chosen = [(weight, bits) for weight, bits in chosen if bits is not None]
+    entries = decoder_linears(model)
+    chosen = [(e.linear.weight, b) for e in entries if (b := module_bits.get(e.key)) is not None]
     for weight, bits in chosen:
         weight.copy_(quantize_dequantize(weight, bits, group_size, symmetric))
     return len(chosen)
 
 
-def layer_map(layer_bits: dict[int, int], model: nn.Module) -> dict[str, int]:
+def layer_map(layer_bits: dict[int, int], model: PreTrainedModel) -> dict[str, int]:
     """Expand layer -> bits to every decoder Linear of each layer."""
     return {e.key: layer_bits[e.layer] for e in decoder_linears(model) if e.layer in layer_bits}
 
 
 class GroupQuantLinear(nn.Module):
     """Symmetric int8 (or int4, packed two per byte) weights with float16 group scales."""
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
 
     def __init__(self, linear: nn.Linear, bits: int, group_size: int = 128):
         super().__init__()
@@ -90,6 +95,9 @@ class GroupQuantLinear(nn.Module):
 class CastLinear(nn.Module):
     """Weights stored in float16, bfloat16 or float8 (per-channel scale), cast for the matmul."""
 
+    weight: torch.Tensor
+    scale: torch.Tensor | None
+
     def __init__(self, linear: nn.Linear, dtype: torch.dtype):
         super().__init__()
         weight, scale = linear.weight.detach().float(), None
@@ -107,43 +115,43 @@ class CastLinear(nn.Module):
         return F.linear(x, weight, self.bias)
 
 
-def _replace(layer: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    setattr(layer.get_submodule(parent_name), child, module)  # "": the layer itself
-
-
 @torch.no_grad()
-def quantize_nvidia(model: nn.Module, module_bits: dict[str, int], group_size: int = 128) -> None:
+def quantize_nvidia(model: PreTrainedModel, module_bits: dict[str, int], group_size=128) -> None:
     """Per decoder Linear: 16 -> float16 storage; 8 -> int8 groups; 4 -> packed int4 groups."""
     for entry in decoder_linears(model):
         bits = module_bits[entry.key]
         if bits >= 16:
-            module = CastLinear(entry.linear, torch.float16)
+            module: nn.Module = CastLinear(entry.linear, torch.float16)
         else:
             module = GroupQuantLinear(entry.linear, 8 if bits > 4 else 4, group_size)
-        _replace(entry.parent, entry.name, module)
+        entry.parent.set_submodule(entry.name, module)
 
 
 @torch.no_grad()
-def quantize_fp8_standin(model: nn.Module, module_dtype: dict[str, str], fp8_format: str) -> None:
-    """`module_dtype`: 'layer-07.mlp.down_proj' (or 'layer-07') -> 'bf16' | 'fp8'."""
+def quantize_fp8_standin(model: PreTrainedModel, dtypes: dict[str, str], fp8_format: str) -> None:
+    """`dtypes`: 'layer-07.mlp.down_proj' (or 'layer-07') -> 'bf16' | 'fp8'."""
     fp8 = FP8_FORMATS[fp8_format]
     for entry in decoder_linears(model):
-        choice = module_dtype.get(entry.key, module_dtype.get(f"layer-{entry.layer:02d}", "bf16"))
+        choice = dtypes.get(entry.key, dtypes.get(f"layer-{entry.layer:02d}", "bf16"))
         dtype = fp8 if choice == "fp8" else torch.bfloat16
-        _replace(entry.parent, entry.name, CastLinear(entry.linear, dtype))
+        entry.parent.set_submodule(entry.name, CastLinear(entry.linear, dtype))
 
 
 FP8_BLOCKLIST = ["lm_head", "model.norm", "model.embed_tokens"]
 
 
 def quantize_fp8_inc(
-    load_model: Callable, fp8_modules: list[str], fp8_format: str, calibrate: Callable, stats: str
+    load_model: Callable[[], nn.Module],
+    fp8_modules: list[str],
+    fp8_format: str,
+    calibrate: Callable[[nn.Module], None],
+    stats: str,
 ) -> nn.Module:
     """Intel Neural Compressor FP8 on a Gaudi: MEASURE (`calibrate`), then QUANTIZE a new model."""
     import neural_compressor.torch.quantization as inc
 
-    common = dict(fp8_config=fp8_format.upper(), hp_dtype="bf16", dump_stats_path=f"{stats}/inc")
+    common: dict[str, Any] = {"fp8_config": fp8_format.upper(), "hp_dtype": "bf16"}
+    common["dump_stats_path"] = f"{stats}/inc"
     common["allowlist"] = {"names": list(fp8_modules), "types": []}
     common["blocklist"] = {"names": FP8_BLOCKLIST, "types": []}
     measured = inc.prepare(load_model(), inc.FP8Config(mode="MEASURE", observer="maxabs", **common))

@@ -5,6 +5,7 @@ alone (reduction order, sharded clipping and bf16 casts drift far less; README: 
 A strategy beyond it trains something else: flagged, and left out of the choices."""
 
 import math
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -23,7 +24,7 @@ AGREEMENT_COLUMNS = [
 ]  # fmt: skip
 
 
-def deviation(losses: list[float], reference: list[float]) -> tuple[int, float]:
+def deviation(losses: Sequence[float], reference: Sequence[float]) -> tuple[int, float]:
     """The step (from 1) where the losses differ most relative to the reference's, and how much."""
     pairs = zip(losses, reference, strict=False)
     relative = [abs(a - b) / abs(b) if math.isfinite(a + b) else math.inf for a, b in pairs]
@@ -37,18 +38,19 @@ def agreement(records: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     runs = records[(records["stage"] == "finetune") & (records["status"] == "ok")]
     runs = runs.loc[[pd.api.types.is_list_like(v) and len(v) > 0 for v in runs["losses"]]]
-    same, rows = [key for key in COMPARABLE_KEYS if key in runs], []
-    for key, part in runs.groupby(same, dropna=False):
+    keys, rows = [key for key in COMPARABLE_KEYS if key in runs], []
+    for values, part in runs.groupby(keys, dropna=False):
         ranked = part.sort_values("strategy", key=lambda s: s.map(ORDER.index), kind="stable")
-        reference = ranked.iloc[0]
-        for run in ranked.iloc[1:].itertuples():
-            step, off = deviation(list(run.losses), list(reference["losses"]))
+        reference, *others = ranked.to_dict("records")
+        for run in others:
+            step, off = deviation(run["losses"], reference["losses"])
             rows.append({
-                **dict(zip(same, key, strict=True)), "repeat": run.repeat, "strategy": run.strategy,
-                "against": reference["strategy"], "steps": len(run.losses), "worst step": step,
-                "loss": run.losses[step - 1], "reference loss": reference["losses"][step - 1],
-                "deviation %": round(100 * off, 3), "tolerance %": round(100 * TOLERANCE, 3),
-                "record": run.record, "verdict": "agrees" if off <= TOLERANCE else FLAGGED,
+                **dict(zip(keys, values, strict=True)), "repeat": run["repeat"],
+                "strategy": run["strategy"], "against": reference["strategy"],
+                "steps": len(run["losses"]), "worst step": step, "loss": run["losses"][step - 1],
+                "reference loss": reference["losses"][step - 1], "deviation %": round(100 * off, 3),
+                "tolerance %": round(100 * TOLERANCE, 3), "record": run["record"],
+                "verdict": "agrees" if off <= TOLERANCE else FLAGGED,
             })  # fmt: skip
     return pd.DataFrame(rows)
 

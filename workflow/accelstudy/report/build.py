@@ -25,9 +25,8 @@ def build_report(
     records = collect_records(record_paths)  # sacct's figures: this site's own jobs
     records = with_scheduler_figures(records, accounting.query(records["slurm_job"]))
     write_records(records, results_dir / "tables")
-    ptq_inputs = (sensitivity, assignments, calibration, bit_lists)
     sections = [
-        *ptq.sections(records, results_dir, *ptq_inputs),
+        *ptq.sections(records, results_dir, sensitivity, assignments, calibration, bit_lists),
         *finetune.sections(records, results_dir),
         *diffusion.sections(records, results_dir),
         *recommend.sections(records),

@@ -12,8 +12,8 @@ from accelstudy.accounting import ran_during
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
 RECORD_KEYS = ("study", "stage", "system", "device", "model", "task", "method")
 # a fine-tuning or SR3 point's parameters the tables group by, and the per-rank model-state bytes
-POINT_KEYS = ("strategy", "attention", "cards", "devices", "repeat", "seed", "max_steps")
-POINT_KEYS += ("per_device_batch", "grad_accum", "max_seq_length", "dtype")
+POINT_KEYS: tuple[str, ...] = ("strategy", "attention", "cards", "devices", "repeat", "seed")
+POINT_KEYS += ("max_steps", "per_device_batch", "grad_accum", "max_seq_length", "dtype")
 MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 NAN = float("nan")
 
@@ -23,6 +23,7 @@ def flatten(record: dict) -> dict:
     metrics, provenance = record["metrics"], record["provenance"]
     primary = metrics.get("primary_metric")
     rank0 = (metrics.get("model_state_bytes") or [{}])[0]
+    use = record.get("utilization") or {}
     resumed = metrics.get("clean_measurement") is False  # shown, but its speed is not clean
     row = {
         **{key: record[key] for key in RECORD_KEYS},
@@ -40,7 +41,11 @@ def flatten(record: dict) -> dict:
         "wall_time_s": metrics["wall_time_s"],
         "losses": metrics.get("losses") if record["stage"] == "finetune" else None,
         **energy_and_cost(record),
-        **utilization_columns(record),
+        "compute_dtype": use.get("dtype") or "",  # the dtype that computed, model TFLOP/s, MFU
+        "peak_source": use.get("source", "not recorded"),
+        "achieved_tflops": (use.get("achieved_flops_per_s") or NAN) / 1e12,
+        "peak_tflops": (use.get("flops_per_s") or NAN) / 1e12,
+        "mfu": NAN if use.get("mfu") is None else use["mfu"],
         "slurm_job": provenance.get("scheduler", {}).get("job_id", ""),
         "finished_at": provenance.get("finished_at", ""),
         **{key: provenance[key] for key in ("git_commit", "config_hash")},
@@ -66,18 +71,6 @@ def energy_and_cost(record: dict) -> dict:
     row["cost_per_mtok"] = hourly / 3600 / metrics.get("tokens_per_s", NAN) * 1e6
     row["cost_per_kimage"] = hourly / 3600 / metrics.get("images_per_s", NAN) * 1e3
     return row
-
-
-def utilization_columns(record: dict) -> dict:
-    """The dtype that computed, achieved model TFLOP/s, the fraction of peak and its source."""
-    use = record.get("utilization") or {}
-    row = {
-        "compute_dtype": use.get("dtype") or "",
-        "peak_source": use.get("source", "not recorded"),
-    }
-    row["achieved_tflops"] = (use.get("achieved_flops_per_s") or NAN) / 1e12
-    row["peak_tflops"] = (use.get("flops_per_s") or NAN) / 1e12
-    return row | {"mfu": NAN if use.get("mfu") is None else use["mfu"]}
 
 
 def with_scheduler_figures(records: pd.DataFrame, accounted: dict[str, dict]) -> pd.DataFrame:
@@ -109,10 +102,3 @@ def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
 def joined(values: Iterable[str]) -> str:
     """The distinct values in order of appearance, as "a, b"."""
     return ", ".join(dict.fromkeys(values))
-
-
-def ours_note(runs: pd.DataFrame, ours: str, unit: str, standin: str, *after: str) -> str:
-    """What our numbers are: `ours`, then what CPU `unit`s and stand-in data mean where used."""
-    cpu = f"A {unit} is a CPU process (gloo), not an accelerator."
-    said = {cpu: runs["device"].eq("cpu").any(), standin: runs["data"].eq("stand-in").any()}
-    return " ".join([ours, *(text for text, used in said.items() if used), *after])

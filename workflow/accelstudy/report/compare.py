@@ -4,7 +4,7 @@ meet only where both measured the same work (all keys but NOT_WORK); the others 
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import numpy as np
@@ -19,8 +19,8 @@ from accelstudy.tasks import TASKS
 
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
 # what a system is compared on, the repeat, and what a run derives: not part of the work
-NOT_WORK = ("repeat", "dtype", "settings.dtype", "compute_dtype", "data.file", "assignment")
-NOT_WORK += ("data.normalisation",)
+NOT_WORK: tuple[str, ...] = ("repeat", "dtype", "settings.dtype", "compute_dtype", "data.file")
+NOT_WORK += ("assignment", "data.normalisation")
 # a point's coordinates (evaluation, then fine-tuning/SR3): unmatched work is told against these
 EVALUATION = ["stage", "model", "task", "protocol", "method", "recipe"]
 POINT = [*EVALUATION, "strategy", "attention", "cards", "devices"]
@@ -123,7 +123,7 @@ def load(runs: Iterable[Path]) -> pd.DataFrame:
         if len(machines) > 1:
             said = "; ".join(MACHINE.format_map(r) for _, r in machines.iterrows())
             raise CompareError(
-                f"runs name the same system '{system}' but different machines ({said}); give "
+                f"runs name the same system '{system!s}' but different machines ({said}); give "
                 "each machine its own config/systems file and re-run one of them"
             )
     return records
@@ -134,19 +134,21 @@ def split(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     systems = records.groupby("work")["system"].transform("nunique")
     matched, alone = records[systems > 1], records[systems == 1]
     reasons = []
-    for row in alone.itertuples():
-        if "unknown" in json.loads(row.work):
+    for row in alone.to_dict("records"):
+        here = json.loads(row["work"])
+        if "unknown" in here:
             reasons.append(NOTES["unknown"].format(version=SCHEMA_VERSION - 1))
             continue
-        others = records[(records["system"] != row.system) & (records["point"] == row.point)]
-        if others.empty:
-            reasons.append(f"no other system measured {row.stage} {row.point}")
+        same_point = (records["system"] != row["system"]) & (records["point"] == row["point"])
+        if not same_point.any():
+            reasons.append(f"no other system measured {row['stage']} {row['point']}")
             continue
-        mine, diffs = json.loads(row.work), []
-        for theirs in map(json.loads, others["work"].unique()):
-            keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            diffs.append([f"{k}: {mine.get(k)} here, {theirs.get(k)} there" for k in keys])
-        reasons.append("; ".join(min(diffs, key=len)))
+        differences = []
+        for there in map(json.loads, records.loc[same_point, "work"].unique()):
+            keys = sorted(k for k in set(here) | set(there) if here.get(k) != there.get(k))
+            differences.append([f"{k}: {here.get(k)} here, {there.get(k)} there" for k in keys])
+        nearest = min(differences, key=len)
+        reasons.append("; ".join(nearest))
     left = alone.assign(reason=reasons)[[*MATCH_KEYS, *TRACE_KEYS[:2], "reason"]]
     return matched, left.reset_index(drop=True)
 
@@ -187,9 +189,12 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
         systems = set(part["system"])
         if column not in part or part[column].isna().all() or reference not in systems:
             continue
-        per_point = part.groupby(["work", "system"])[column].agg(["median", "size"]).unstack()
+        # unstacking a frame's MultiIndex gives a frame (the stubs say: or a Series)
+        by_point = part.groupby(["work", "system"])[column]
+        per_point = cast(pd.DataFrame, by_point.agg(["median", "size"]).unstack())
+        values = by_point.apply(lambda v: v.to_numpy())
         quantity = f"{metric} (metric)" if metric else column.removeprefix("metric_")
-        units = part.groupby("system")["cost_unit"].first() if "cost_unit" in part else {}
+        units = part.groupby("system")["cost_unit"].first()
         for other in sorted(systems - {reference}):
             if column.startswith("cost_per") and units[other] != units[reference]:
                 apart = f"not comparable: {units[other]} against {units[reference]}"
@@ -199,7 +204,6 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
             both = per_point.dropna(subset=[("median", reference), ("median", other)])
             ratio = both[("median", other)] / both[("median", reference)]
             repeats = f"{both[('size', other)].median():g} / {both[('size', reference)].median():g}"
-            values = part.groupby(["work", "system"])[column].apply(lambda v: v.to_numpy())
             sides = {s: [values[(w, s)] for w in both.index] for s in (other, reference)}
             middle = ratio.median()
             row = [stage, quantity, other, reference, middle, verdict(quantity, middle)]
@@ -210,10 +214,10 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
 
 def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None) -> Path:
     """Match the runs' records and write the comparative report under out; return index.html."""
-    runs = [Path(r) for r in runs]
-    if len(runs) < 2:
+    run_dirs = [Path(r) for r in runs]
+    if len(run_dirs) < 2:
         raise CompareError("compare needs at least two results directories")
-    records = load(runs)
+    records = load(run_dirs)
     systems = list(dict.fromkeys(records["system"]))
     reference = reference or systems[0]
     if reference not in systems:
@@ -225,8 +229,8 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     write_csv(matched[PROVENANCE], out / "tables" / "matched.csv")
     write_csv(left_out, out / "tables" / "left_out.csv")
     write_csv(ratio, out / "tables" / "ratios.csv")
-    sites = records.groupby(["run", "system", "accelerator"], sort=False, as_index=False)
-    sites = sites.agg(records=("record", "size"), commits=("git_commit", joined))
+    by_site = records.groupby(["run", "system", "accelerator"], sort=False, as_index=False)
+    sites = by_site.agg(records=("record", "size"), commits=("git_commit", joined))
     sections = [
         Section("Runs", "", sites),
         Section(f"Ratios against {reference}", NOTES["ratios"].format(bootstrap=BOOTSTRAP), ratio),

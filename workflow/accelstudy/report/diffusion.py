@@ -8,15 +8,15 @@ import pandas as pd
 import seaborn as sns
 
 from accelstudy.paths import RESOURCES
-from accelstudy.report.collect import joined, ours_note
+from accelstudy.report.collect import joined
 from accelstudy.report.figures import SPREAD, draw
 from accelstudy.report.outputs import figure, output
-from accelstudy.report.pages import NOTES, Section, write_csv
+from accelstudy.report.pages import NOTES, Section, our_numbers, write_csv
 
 KEYS = ["system", "devices"]
 FIGURES = (figure("fig3"), figure("diffusion_samples"))  # into a report's or comparison's figures/
 PANEL = {"lr": "low-res input", "sr": "SR3 output", "bicubic": "bicubic", "hr": "truth"}
-# the table's columns, in groups: the point, time, speed, compute, image quality, the rest
+# the table's columns, in groups
 POINT = {k: k for k in [*KEYS, "status", "repeats", "data"]}
 TIME = {"minutes": "training minutes", "images_processed": "images trained"}
 SPEED = {"images_per_s": "images/s", "speedup": "speed-up", "efficiency": "scaling efficiency"}
@@ -49,7 +49,8 @@ def scaling(frame: pd.DataFrame, by: str, ran: pd.DataFrame | None = None) -> pd
 def diffusion_runs(records: pd.DataFrame) -> pd.DataFrame:
     """A row per SR3 record: minutes, speed-up over its system's one device, its samples npz."""
     runs = records[records["stage"] == "diffusion"]
-    runs = runs.assign(samples=[Path(r).with_suffix(".samples.npz") for r in runs["record"]])
+    samples = [Path(r).with_suffix(".samples.npz") for r in runs["record"]]
+    runs = runs.assign(samples=pd.Series(samples, index=runs.index, dtype=object))
     if runs.empty:
         return runs
     runs = runs.assign(**{m: runs.get(f"metric_{m}", np.nan) for m in METRICS})
@@ -82,9 +83,10 @@ def published() -> pd.DataFrame:
 def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
     """The published minutes (linear, log-log); speed-up and efficiency, theirs and ours."""
     ok = runs[runs["status"] == "ok"].dropna(subset=["speedup"])
-    ok = ok.assign(who="ours: " + ok["system"])
-    ours = dict(zip(dict.fromkeys(ok["who"]), ["black", *sns.color_palette("Dark2")], strict=False))
-    lines = {"hue": "who", "palette": ours, "marker": "s", "err_style": "bars", "linewidth": 2.5}
+    ok = ok.assign(line="ours: " + ok["system"])
+    colours = ["black", *sns.color_palette("Dark2")]
+    palette = dict(zip(dict.fromkeys(ok["line"]), colours, strict=False))
+    lines = {"hue": "line", "palette": palette, "marker": "s", "err_style": "bars"}
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     ticks = sorted({*paper["devices"], *runs["devices"]})
     labels = [str(t) for t in ticks]
@@ -95,7 +97,7 @@ def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
             ax.axhline(1, c="k", ls=":", label="ideal")
         sns.lineplot(data=paper, x="devices", y=y, hue="device", marker="o", ax=ax)
         if y != "minutes" and not ok.empty:
-            sns.lineplot(data=ok, x="devices", y=y, ax=ax, **lines, **SPREAD)
+            sns.lineplot(data=ok, x="devices", y=y, ax=ax, linewidth=2.5, **lines, **SPREAD)
         if logx:
             ax.set_xscale("log", base=2)
             ax.set_xticks(ticks, labels)
@@ -110,11 +112,11 @@ def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def samples_figure(runs: pd.DataFrame, rows: int = 4) -> plt.Figure:
-    """Held-out images of the first run, PSNR per image (range 2: images in [-1, 1], as scored)."""
+def samples_figure(runs: pd.DataFrame) -> plt.Figure:
+    """The first run's held-out images (up to 4), PSNR per image (range 2: [-1, 1], as scored)."""
     run = runs.iloc[0]
     with np.load(run["samples"]) as npz:
-        images = {k: npz[k][:rows, 0] for k in PANEL}
+        images = {k: npz[k][:4, 0] for k in PANEL}
     count = len(images["hr"])
     fig, axes = plt.subplots(count, 4, squeeze=False, figsize=(10, 2.6 * count + 0.6))
     for i, row in enumerate(axes):
@@ -134,25 +136,18 @@ def samples_figure(runs: pd.DataFrame, rows: int = 4) -> plt.Figure:
 
 def note(runs: pd.DataFrame) -> str:
     """What our numbers are, so no one reads our minutes against the paper's."""
-    return ours_note(
-        runs,
-        f"Ours: SR3 with {runs['parameters'].max() / 1e6:.2f} M parameters on "
-        f"{joined(runs['system'])}; the paper's UNet is far larger and trained on accelerators, "
-        "so our minutes are not theirs: ours appear only normalised to our own single-device time.",
-        "device",
-        "The data is a stand-in (a Gaussian random field with a dust-like power spectrum), not "
-        "PySM maps.",
-    )
+    parameters, systems = runs["parameters"].max() / 1e6, joined(runs["system"])
+    return our_numbers(runs, "diffusion", parameters=parameters, systems=systems)
 
 
 def write_figures(runs: pd.DataFrame, folder: Path) -> None:
     """Fig. 3 and the samples, or placeholders saying why (the rule declares both)."""
-    none = "no diffusion records in this study"
-    draw(folder / FIGURES[0], none, fig3, runs, published())
+    no_records = "no diffusion records in this study"
+    draw(folder / FIGURES[0], no_records, fig3, runs, published())
     sampled = runs["samples"].map(lambda p: p.is_file() and p.stat().st_size > 0)
     found = runs[(runs["status"] == "ok") & sampled]
-    why_not = none if runs.empty else "no SR3 samples: no point ran"
-    draw(folder / FIGURES[1], why_not, samples_figure, found)
+    why_empty = no_records if runs.empty else "no SR3 samples: no point ran"
+    draw(folder / FIGURES[1], why_empty, samples_figure, found)
 
 
 def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
@@ -163,14 +158,12 @@ def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
     write_figures(runs, output(folder, "fig3").parent)
     if runs.empty:
         return []
-    scaling, samples = FIGURES
+    title = "Fig. 3: SR3 training time for fixed work against devices"
     points = "SR3 points: speed-up, scaling efficiency, throughput and image quality"
     return [
-        Section(
-            "Fig. 3: SR3 training time for fixed work against devices", note(runs), figure=scaling
-        ),
+        Section(title, note(runs), figure=FIGURES[0]),
         Section(points, NOTES["sr3_table"], table),
-        Section("SR3 samples: held-out images", NOTES["sr3_samples"], figure=samples),
+        Section("SR3 samples: held-out images", NOTES["sr3_samples"], figure=FIGURES[1]),
     ]
 
 
@@ -180,9 +173,7 @@ def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
     if runs.empty:
         return []
     write_figures(runs, folder)
-    table = diffusion_table(runs)
-    title = "Fig. 3 across systems, with the published curves"
     return [
-        Section(title, note(runs), figure=FIGURES[0]),
-        Section("SR3 scaling efficiency by system", NOTES["sr3_table"], table),
+        Section("Fig. 3 across systems, with the published curves", note(runs), figure=FIGURES[0]),
+        Section("SR3 scaling efficiency by system", NOTES["sr3_table"], diffusion_table(runs)),
     ]

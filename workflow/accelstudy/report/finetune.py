@@ -1,16 +1,17 @@
 """Part 2 of the report: Fig. 2 (holes shown), the points table, the paper's findings and ours."""
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
 from accelstudy.report.agreement import flagged_records
-from accelstudy.report.collect import joined, ours_note
+from accelstudy.report.collect import joined
 from accelstudy.report.figures import SPREAD, draw
 from accelstudy.report.outputs import figure, output
-from accelstudy.report.pages import NOTES, Section, write_csv
+from accelstudy.report.pages import NOTES, Section, our_numbers, write_csv
 
 STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ["fused", "eager"]
@@ -23,6 +24,7 @@ ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
 PREDICTED = ["predicted_total", "predicted_model_states", "predicted_parameters"]
 METRICS = ["samples_per_s", "final_loss", "peak_memory_bytes", *PREDICTED]
 WORK = 1000  # samples: the fixed amount of work whose time Fig. 2a shows
+FIG2A_AXES = {"tokens_per_s": "tokens / s", "seconds": f"seconds per {WORK:,} samples"}
 FIGURES = (figure("fig2a"), figure("fig2b"))  # written into a report's or comparison's figures/
 # the table's columns, in groups: the point, its speed, what training gave, peak, model states
 POINT = {k: k for k in [*KEYS, "status", "repeats"]}
@@ -56,8 +58,8 @@ def finetune_points(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per point: medians of the ok repeats, speed-up, planned vs measured memory."""
     ok = runs[runs["status"] == "ok"].groupby(KEYS)
     tokens = ok["tokens_per_s"].agg(tps="median", low="min", high="max")
-    medians = ok[["metric_samples_per_s", "metric_final_loss", "model_states_rank0", "mfu"]]
-    medians = medians.median().set_axis(["sps", "loss", "states", "mfu"], axis=1)
+    measured = ok[["metric_samples_per_s", "metric_final_loss", "model_states_rank0", "mfu"]]
+    medians = measured.median().set_axis(["sps", "loss", "states", "mfu"], axis=1)
     peak = ok["metric_peak_memory_bytes"].max().rename("peak")
     points = runs.groupby(KEYS, sort=False).agg(
         status=("status", joined),
@@ -106,30 +108,24 @@ def findings(points: pd.DataFrame) -> pd.DataFrame:
     first = wide.columns[0] if len(wide.columns) else "-"
     ratios = {s: (wide[s] / wide[first]).median() for s in wide.columns[1:]}
     systems = [f"{s}: {r:.2f}x {first} (median over points both ran)" for s, r in ratios.items()]
-    ours = [
-        _say(NOTES["ours"]["scaling"], ddp) or "no DDP point to set against a smaller card count",
+    our_findings = [
+        _say(NOTES["our_findings"]["scaling"], ddp)
+        or "no DDP point to set against a smaller card count",
         attention if len(gain) else "not both measured",
-        _say(NOTES["ours"]["fastest"], best.sort_values(["system", "model", "cards"]))
-        or "no point ran",
-        _say(NOTES["ours"]["hole"], points[points["tps"].isna()]) or "every point ran",
+        _say(NOTES["our_findings"]["fastest"], best) or "no point ran",
+        _say(NOTES["our_findings"]["hole"], points[points["tps"].isna()]) or "every point ran",
         "; ".join(systems) or f"one system in this study ({joined(points['system'])})",
     ]
-    return pd.DataFrame(
+    paper = pd.DataFrame(
         list(NOTES["paper_findings"].items()), columns=["finding", "paper (Gaudi)"]
-    ).assign(ours=ours)
+    )
+    return paper.assign(ours=our_findings)
 
 
 def note(runs: pd.DataFrame) -> str:
     """What our numbers are, so no one reads them against the paper's in absolute terms."""
-    return ours_note(
-        runs,
-        f"Ours: {joined(runs['model'])} on {joined(runs['system'])}.",
-        "card",
-        "The training data is a stand-in (real text in the instruction/output shape), not the "
-        "authors' psychology set.",
-        "The paper fine-tuned Llama-3.1-8B, Gemma-2-27B and Llama-3.3-70B on Gaudi1/2/3: compare "
-        "trends (scaling, the order of strategies, what fits), not absolute numbers.",
-    )
+    systems = joined(runs["system"])
+    return our_numbers(runs, "finetune", models=joined(runs["model"]), systems=systems)
 
 
 def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
@@ -140,8 +136,10 @@ def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
 def mark_holes(ax: plt.Axes, holes: pd.DataFrame, palette: dict, vertical: bool = False) -> None:
     """An x at the bottom (at column x) per point that did not run, labelled why (upright: bars)."""
     bottom, (left, right) = ax.get_xaxis_transform(), ax.get_xlim()
-    at_bottom = {"transform": bottom, "clip_on": False, "zorder": 5}
-    label = dict(xycoords=bottom, textcoords="offset points", fontsize=7, rotation=90 * vertical)
+    at_bottom: dict[str, Any] = {"transform": bottom, "clip_on": False, "zorder": 5}
+    label: dict[str, Any] = dict(
+        xycoords=bottom, textcoords="offset points", fontsize=7, rotation=90 * vertical
+    )
     for k, (at, (_, r)) in enumerate(zip(holes["x"], holes.iterrows(), strict=True)):
         colour = palette[r["strategy"]]
         ax.scatter([at], [0.02], marker="x", s=60, color=colour, **at_bottom)
@@ -154,13 +152,16 @@ def mark_holes(ax: plt.Axes, holes: pd.DataFrame, palette: dict, vertical: bool 
 
 def _one_legend(fig: plt.Figure, beside: plt.Axes) -> None:
     """One legend for all panels, right of the top-right one, so none hides a point."""
-    found = [ax for ax in fig.axes if ax.get_legend()]
-    if found:
-        title = found[0].get_legend().get_title().get_text()
-        for ax in found:
-            ax.get_legend().remove()
-        place = dict(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, title=title)
-        beside.legend(*found[0].get_legend_handles_labels(), **place)
+    legends = {ax: legend for ax in fig.axes if (legend := ax.get_legend())}
+    if legends:
+        first = next(iter(legends))
+        title = legends[first].get_title().get_text()
+        for legend in legends.values():
+            legend.remove()
+        place: dict[str, Any] = dict(
+            loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, title=title
+        )
+        beside.legend(*first.get_legend_handles_labels(), **place)
 
 
 def _panel(frame: pd.DataFrame, system: str, model: str) -> pd.DataFrame:
@@ -176,12 +177,11 @@ def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
     for column, (system, model) in zip(axes.T, panels, strict=True):
         part, holes = _panel(runs, system, model), _panel(points, system, model)
         ok, holes = part[part["status"] == "ok"], holes[holes["tps"].isna()]
-        labels = ("tokens / s", f"seconds per {WORK:,} samples")
-        for ax, y, label in zip(column, ("tokens_per_s", "seconds"), labels, strict=True):
+        cards = sorted(part["cards"].unique())
+        pad = max(0.5, 0.06 * (cards[-1] - cards[0]))
+        for ax, (y, label) in zip(column, FIG2A_AXES.items(), strict=True):
             if not ok.empty:
                 sns.lineplot(ok, x="cards", y=y, palette=palette, ax=ax, **lines, **SPREAD)
-            cards = sorted(part["cards"].unique())
-            pad = max(0.5, 0.06 * (cards[-1] - cards[0]))
             ax.set(xlabel="cards", ylabel=label, title=f"{model} on {system}", xticks=cards)
             ax.set(xlim=(cards[0] - pad, cards[-1] + pad), ylim=(0, None))
             mark_holes(ax, holes.assign(x=holes["cards"]), palette)
@@ -192,7 +192,7 @@ def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
 def largest_model(runs: pd.DataFrame) -> str:
     """The model with the most planned parameter bytes (sharded: times the cards)."""
     whole = runs["metric_predicted_parameters"] * runs["cards"].where(runs["strategy"] != "DDP", 1)
-    return runs.loc[whole.fillna(0).idxmax(), "model"]
+    return runs["model"].iloc[whole.fillna(0).argmax()]
 
 
 def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
@@ -204,9 +204,9 @@ def fig2b(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
     palette, systems = _palette(runs), list(dict.fromkeys(part["system"]))
     fig, axes = plt.subplots(1, len(systems), squeeze=False, figsize=(6.5 * len(systems), 4.5))
     for ax, system in zip(axes[0], systems, strict=True):
-        mine = part[part["system"] == system]
-        cards, strategies = sorted(mine["cards"].unique()), list(dict.fromkeys(mine["strategy"]))
-        ok, holes = mine[mine["status"] == "ok"], _panel(points, system, model)
+        ran = part[part["system"] == system]
+        cards, strategies = sorted(ran["cards"].unique()), list(dict.fromkeys(ran["strategy"]))
+        ok, holes = ran[ran["status"] == "ok"], _panel(points, system, model)
         if not ok.empty:
             bars = {"hue": "strategy", "order": cards, "hue_order": strategies, "palette": palette}
             sns.barplot(ok, x="cards", y="tokens_per_s", ax=ax, **bars, **SPREAD)

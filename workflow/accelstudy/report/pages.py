@@ -27,21 +27,30 @@ class Section:
     table: pd.DataFrame | None = None
     figure: str = ""
 
-    def shown(self) -> pd.DataFrame:
-        """Blanks as "-", no columns name (to_html would show one as an empty first column)."""
-        return self.table.astype(object).fillna("-").rename_axis(columns=None)
-
     def to_markdown(self) -> str:
-        table = "" if self.table is None else self.shown().to_markdown(index=False)
+        table = "" if self.table is None else _shown(self.table).to_markdown(index=False)
         image = self.figure and f"![{self.title}](figures/{self.figure})"
         return "\n\n".join(p for p in [f"## {self.title}", self.note, table, image] if p)
 
     def to_html(self) -> str:
         note = self.note and f'<p class="note">{html.escape(self.note)}</p>'
-        table = "" if self.table is None else self.shown().to_html(index=False, border=0)
+        table = "" if self.table is None else _shown(self.table).to_html(index=False, border=0)
         src, alt = html.escape(f"figures/{self.figure}"), html.escape(self.title)
         image = self.figure and f'<img src="{src}" alt="{alt}" width="100%">'
         return "\n".join(p for p in [f"<h2>{alt}</h2>", note, table, image] if p)
+
+
+def our_numbers(runs: pd.DataFrame, part: str, **values: object) -> str:
+    """What a part's numbers are (notes.yaml), so no one reads them against the paper's in
+    absolute terms; what CPU cards and stand-in data mean, where the runs used them."""
+    used = {"cpu": runs["device"].eq("cpu").any(), "standin": runs["data"].eq("stand-in").any()}
+    said = [text for key, text in NOTES["our_numbers"][part].items() if used.get(key, True)]
+    return " ".join(said).format(**values)
+
+
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    """Blanks as "-", no columns name (to_html would show one as an empty first column)."""
+    return table.astype(object).fillna("-").rename_axis(columns=None)
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:

@@ -18,13 +18,13 @@ from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.tasks import TASK_NAMES, TASKS
 
-# the report's tables: ours beside the published numbers, in the paper's order and layout
 PERCENT_METRICS = {"accuracy"}
 PAPER_BITS = ["[16,8,4]", "[8,8,4]", "[8,4,4]"]
 # the recipes (ours by name, the published by method key) as the paper labels them
 RECIPE_LABELS = {name: recipe.label for name, recipe in RECIPES.items()}
 # a baseline by the dtype it ran in (evaluation.dtype): never "FP32" for a BF16 one
 BASELINE_LABELS = {"fp32": "FP32", "bfloat16": "BF16 baseline", "float16": "FP16 baseline"}
+BASELINES = list(BASELINE_LABELS.values())
 PUBLISHED_REAL = {"bf16-fp8": "BF16/FP8", "fp16-int8": "FP16/INT8"}
 TIE_RULES = {"Gaudi2": "no", "A100": "yes"}  # how the authors' BoolQ scripts break ties
 TIED_TASKS = {"boolq"}
@@ -35,9 +35,13 @@ PUBLISHED_FP32 = "published TinyLlama-1.1B FP32"
 BASELINE_COLUMNS = [
     "model", "task", "protocol", "data", "metric", "ours", PUBLISHED_FP32, "tokens/s", "peak MiB",
 ]  # fmt: skip
-# the published Table 1 as tidy rows
-PUBLISHED_LONG_COLUMNS = ["task", "system", "metric", "column", "value", "compression"]
+TABLE1_ROWS = ["model", "data", "task", "metric"]
+EVALUATION_KEYS = ["stage", "model", "task", "method"]  # `compare`'s tokens/s by system
+PUBLISHED_TIDY_COLUMNS = ["task", "system", "metric", "column", "value", "compression"]
 PUBLISHED_PANEL = "published: TinyLlama-1.1B (WikiText-2, HellaSwag, BoolQ)"
+PUBLISHED_TITLE = (
+    "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
+)
 TRADEOFF_COLUMNS = [
     "panel",
     "task",
@@ -100,7 +104,7 @@ def display(metric: str, value: float) -> float:
 
 def metric_rows(record: pd.Series) -> list[tuple[str, float, str | None]]:
     """(label, shown value, the published system beside it; None: all) per record number."""
-    ties = {s: record.get(f"metric_acc_ties_{rule}") for s, rule in TIE_RULES.items()}
+    ties = {s: record.get(f"metric_acc_ties_{rule}", NAN) for s, rule in TIE_RULES.items()}
     if all(pd.notna(v) for v in ties.values()):
         label = {s: metric_label("accuracy", rule) for s, rule in TIE_RULES.items()}
         return [(label[s], display("accuracy", v), s) for s, v in ties.items()]
@@ -114,9 +118,9 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
     for _, r in records[records["stage"] == "baseline"].iterrows():
         match = pub[(pub["task"] == r["task"]) & (pub["protocol"] == r["protocol"])]
         for label, value, system in metric_rows(r):
-            shown = match if system is None else match[match["system"] == system]
-            theirs = zip(shown["value"], shown["system"], shown["split"], strict=True)
-            text = "; ".join(f"{v:g} ({s}, {split})" for v, s, split in theirs) or "-"
+            beside = match if system is None else match[match["system"] == system]
+            published_values = zip(beside["value"], beside["system"], beside["split"], strict=True)
+            text = "; ".join(f"{v:g} ({s}, {split})" for v, s, split in published_values) or "-"
             numbers = [label, value, text, round(r["tokens_per_s"], 1), r["peak_memory_mib"]]
             rows.append([*r[BASELINE_COLUMNS[:4]], *numbers, r["device"]])
     if not rows:
@@ -125,11 +129,11 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
     return table.sort_values(BASELINE_COLUMNS[:3]).reset_index(drop=True)
 
 
-def _wide(long: list[dict], index: list[str], columns: Sequence[str]) -> pd.DataFrame:
-    """Long rows -> a row per index (in order), the given columns; no columns name."""
-    if not long:
+def _wide(tidy_rows: list[dict], index: list[str], columns: Sequence[str]) -> pd.DataFrame:
+    """Tidy rows -> a row per index (in order), the given columns; no columns name."""
+    if not tidy_rows:
         return pd.DataFrame()
-    frame = pd.DataFrame(long)
+    frame = pd.DataFrame(tidy_rows)
     rows = pd.MultiIndex.from_frame(frame[index].drop_duplicates())
     wide = frame.pivot_table(index=index, columns="column", values="value", aggfunc="first")
     wide = wide.reindex(index=rows, columns=[c for c in columns if c in wide.columns])
@@ -153,21 +157,21 @@ def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame
     fp32, quantized = _quantized(records)
     order = bit_order([*bit_lists, *quantized["bits"]])
     real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
-    bases = [label for label in BASELINE_LABELS.values() if label in set(fp32["column"])]
+    bases = [label for label in BASELINES if label in set(fp32["column"])]
     columns = [*bases, *order, *(f"{label} {b}" for label in real for b in order)]
-    long = []
+    tidy_rows = []
     for (model, data, task), group in quantized.groupby(["model", "data", "task"]):
         key = {"model": model, "data": data, "task": task}
         both = pd.concat([fp32[(fp32["model"] == model) & (fp32["task"] == task)], group])
         for _, r in both.iterrows():
             for label, value, _ in metric_rows(r):
-                long.append({**key, "metric": label, "column": r["column"], "value": value})
+                tidy_rows.append({**key, "metric": label, "column": r["column"], "value": value})
         ratios = zip(both["column"], both["metric_compression_ratio"].round(3), strict=True)
-        long += [{**key, "metric": COMPRESSION, "column": c, "value": v} for c, v in ratios]
-    return _wide(long, ["model", "data", "task", "metric"], columns)
+        tidy_rows += [{**key, "metric": COMPRESSION, "column": c, "value": v} for c, v in ratios]
+    return _wide(tidy_rows, TABLE1_ROWS, columns)
 
 
-def published_long(published: pd.DataFrame) -> pd.DataFrame:
+def published_tidy(published: pd.DataFrame) -> pd.DataFrame:
     """The published Table 1 as tidy rows, FP32 included, BoolQ labelled with its tie rule."""
     table = published[published["table"] == "table1"]
     base = published[(published["table"] == "baseline") & (published["protocol"] == "paper")]
@@ -176,13 +180,13 @@ def published_long(published: pd.DataFrame) -> pd.DataFrame:
     for (task, system, split), group in table.groupby(["task", "system", "split"], sort=False):
         fp32 = base[(base["task"] == task) & (base["split"] == split)]
         first = fp32.loc[fp32["system"].isin([system, "paper"]), "value"].iloc[0]
-        ties = TIE_RULES[system] if task in TIED_TASKS else None
+        ties = TIE_RULES[str(system)] if task in TIED_TASKS else None
         metric = metric_label(group["metric"].iloc[0], ties)
         percentile = f"percentile {'8/7/7' if (system, task) in SPLITS_8_7_7 else '7/7/8'}"
         for method, value in [("FP32", first), *zip(group["method"], group["value"], strict=True)]:
             ratio = 1.0 if method == "FP32" else ratios["value"].get((percentile, method), NAN)
             rows.append((task, system, metric, PUBLISHED_REAL.get(method, method), value, ratio))
-    return pd.DataFrame(rows, columns=PUBLISHED_LONG_COLUMNS)
+    return pd.DataFrame(rows, columns=PUBLISHED_TIDY_COLUMNS)
 
 
 def published_table1(published: pd.DataFrame) -> pd.DataFrame:
@@ -190,31 +194,24 @@ def published_table1(published: pd.DataFrame) -> pd.DataFrame:
     ratios = published[published["table"] == "compression"].rename(columns={"method": "column"})
     fp32 = pd.DataFrame({"system": ratios["system"].unique(), "column": "FP32", "value": 1.0})
     compression = pd.concat([fp32, ratios[fp32.columns]]).assign(task="all", metric=COMPRESSION)
-    long = [*published_long(published).to_dict("records"), *compression.to_dict("records")]
+    rows = [*published_tidy(published).to_dict("records"), *compression.to_dict("records")]
     columns = ["FP32", *PAPER_BITS, *PUBLISHED_REAL.values()]
-    return _wide(long, ["task", "metric", "system"], columns)
+    return _wide(rows, ["task", "metric", "system"], columns)
 
 
 def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     """Quality against compression per (bit list, recipe), ours then the published."""
     fp32, quantized = _quantized(records)
     keys = quantized[["model", "task"]].drop_duplicates()
-    ours = pd.concat([fp32.merge(keys), quantized])
-    pub = published_long(published).dropna(subset=["compression"])
-    pub = pub[pub["task"].isin(keys["task"])]
-    shown = [display(m, v) for m, v in zip(ours["metric"], ours["value"], strict=True)]
-    panel = "ours: " + ours["model"] + " (" + ours["data"] + " data)"
-    mine = ours.assign(panel=panel, metric=ours["metric"].map(metric_label), value=shown)
-    metric = pub["metric"].str.replace(r" \(ties \w+\)", "", regex=True)
-    theirs = pub.assign(panel=PUBLISHED_PANEL, metric=metric)
-    frames = [
-        mine.rename(columns=OUR_TRADEOFF_NAMES),
-        theirs.rename(columns=PUBLISHED_TRADEOFF_NAMES),
-    ]
-    return pd.concat([frame[TRADEOFF_COLUMNS] for frame in frames], ignore_index=True)
-
-
-BASELINES = list(BASELINE_LABELS.values())
+    ran = pd.concat([fp32.merge(keys), quantized]).rename(columns=OUR_TRADEOFF_NAMES)
+    values = [display(m, v) for m, v in zip(ran["metric"], ran["value"], strict=True)]
+    panel = "ours: " + ran["model"] + " (" + ran["data"] + " data)"
+    our_points = ran.assign(panel=panel, metric=ran["metric"].map(metric_label), value=values)
+    paper = published_tidy(published).rename(columns=PUBLISHED_TRADEOFF_NAMES)
+    paper = paper[paper["task"].isin(keys["task"])].dropna(subset=["compression"])
+    untied = paper["metric"].str.replace(r" \(ties \w+\)", "", regex=True)
+    paper = paper.assign(panel=PUBLISHED_PANEL, metric=untied)
+    return pd.concat([our_points[TRADEOFF_COLUMNS], paper[TRADEOFF_COLUMNS]], ignore_index=True)
 
 
 def baseline_figure(records: pd.DataFrame) -> plt.Figure:
@@ -236,12 +233,17 @@ def baseline_figure(records: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def _grid(frame: pd.DataFrame, by: str, rows: list[str], size: tuple[float, float]) -> tuple:
+Panel = tuple[plt.Axes, str, str, pd.DataFrame]  # (axes, `by` value, task, its rows)
+
+
+def _grid(
+    frame: pd.DataFrame, by: str, rows: list[str], size: tuple[float, float]
+) -> tuple[plt.Figure, list[Panel]]:
     """A row of panels per `by` value, a column per task; (figure, non-empty panels)."""
     tasks = sorted(frame["task"].unique(), key=TASK_NAMES.index)
     figsize = (size[0] * len(tasks), size[1] * len(rows))
     fig, axes = plt.subplots(len(rows), len(tasks), squeeze=False, figsize=figsize)
-    panels = []
+    panels: list[Panel] = []
     for row_axes, key in zip(axes, rows, strict=True):
         for ax, task in zip(row_axes, tasks, strict=True):
             part = frame[(frame[by] == key) & (frame["task"] == task)]
@@ -291,11 +293,6 @@ def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-PUBLISHED_TITLE = (
-    "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
-)
-
-
 def sections(
     records: pd.DataFrame,
     folder: Path,
@@ -308,45 +305,32 @@ def sections(
     trade-off; their tables and figures are written in every study (the rule declares them)."""
     published = load_published()
     baseline = baseline_table(records, published)
-    ours = table1(records, [bits_label(b) for b in bit_lists])
-    theirs = published_table1(published)
-    for table, name in [
-        (baseline, "baseline_table"),
-        (ours, "table1"),
-        (theirs, "table1_published"),
-    ]:
+    our_table1 = table1(records, [bits_label(b) for b in bit_lists])
+    published_table = published_table1(published)
+    tables = {"baseline_table": baseline, "table1": our_table1, "table1_published": published_table}
+    for name, table in tables.items():
         write_csv(table, output(folder, name))
     save(baseline_figure(records), output(folder, "baseline_figure"))
     sensitive = collect_sensitivity(sensitivity, assignments)
     empty = "no sensitivity tables in this study"
     draw(output(folder, "fig1"), empty, fig1, sensitive, calibration or {})
-    empty = "no quantized records in this study"
     points = tradeoff_points(records, published)
-    draw(output(folder, "tradeoff"), empty, tradeoff_figure, points)
+    draw(output(folder, "tradeoff"), "no quantized records in this study", tradeoff_figure, points)
     standin = NOTES["standin"] if (records["data"] == "stand-in").any() else ""
-    shown = [
-        Section(
-            "Baseline (FP32) beside the published numbers",
-            standin,
-            baseline,
-            figure("baseline_figure"),
-        )
-    ]
-    if ours.empty:
-        return shown
+    title = "Baseline (FP32) beside the published numbers"
+    baseline_section = Section(title, standin, baseline, figure("baseline_figure"))
+    if our_table1.empty:
+        return [baseline_section]
     quantized = records[records["stage"] == "quantized"]
     measured_on = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
+    table1_title = f"Table 1, ours ({measured_on} data): mixed-precision PTQ"
     return [
-        *shown,
-        Section(f"Table 1, ours ({measured_on} data): mixed-precision PTQ", NOTES["table1"], ours),
-        Section(PUBLISHED_TITLE, NOTES["published"], theirs),
+        baseline_section,
+        Section(table1_title, NOTES["table1"], our_table1),
+        Section(PUBLISHED_TITLE, NOTES["published"], published_table),
         Section("Fig. 1: pruning sensitivity, tasks side by side", figure=figure("fig1")),
         Section("Quality against compression", NOTES["tradeoff"], figure=figure("tradeoff")),
     ]
-
-
-TABLE1_ROWS = ["model", "data", "task", "metric"]
-EVALUATION_KEYS = ["stage", "model", "task", "method"]
 
 
 def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
@@ -354,13 +338,12 @@ def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
     if not matched["stage"].eq("quantized").any():
         return []
     published = load_published()
-    by_system = matched.groupby("system", sort=False)
+    by_system = {s: matched[matched["system"] == s] for s in dict.fromkeys(matched["system"])}
     # each system's Table 1 side by side (never none: some system has quantized records)
-    ours = {system: table1(part) for system, part in by_system}
-    ours = [t.set_index(TABLE1_ROWS).add_prefix(f"{s}: ") for s, t in ours.items() if not t.empty]
-    table1 = pd.concat(ours, axis=1).reset_index()
-    points = [tradeoff_points(part, published).assign(system=s) for s, part in by_system]
-    points = pd.concat(points)
+    tables = {system: table1(part) for system, part in by_system.items()}
+    tables = {s: t.set_index(TABLE1_ROWS).add_prefix(f"{s}: ") for s, t in tables.items() if len(t)}
+    side_by_side = pd.concat(tables.values(), axis=1).reset_index()
+    points = pd.concat(tradeoff_points(p, published).assign(system=s) for s, p in by_system.items())
     points = points[points["panel"].str.startswith("ours")]
     style = {"hue": "system", "style": "bit list", "col": "task", "kind": "scatter", "s": 90}
     grid = sns.relplot(points, x="compression", y="value", facet_kws={"sharey": False}, **style)
@@ -370,8 +353,8 @@ def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
     evaluated = matched[matched["stage"].isin(["baseline", "quantized"])]
     speed = evaluated.pivot_table("tokens_per_s", EVALUATION_KEYS, "system", "median")
     return [
-        Section("Table 1 by system: mixed-precision PTQ", "", table1),
-        Section("Table 1, published (Gaudi2 / A100)", "", published_table1(published)),
-        Section("Quality against compression, by system", "", figure=figure("tradeoff")),
-        Section("Evaluation tokens/s by system and recipe", "", speed.round(1).reset_index()),
+        Section("Table 1 by system: mixed-precision PTQ", table=side_by_side),
+        Section("Table 1, published (Gaudi2 / A100)", table=published_table1(published)),
+        Section("Quality against compression, by system", figure=figure("tradeoff")),
+        Section("Evaluation tokens/s by system and recipe", table=speed.round(1).reset_index()),
     ]

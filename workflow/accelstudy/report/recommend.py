@@ -49,13 +49,12 @@ def choices(points: pd.DataFrame) -> pd.DataFrame:
             if known.empty:
                 rows.append(row | {"point": "-", "value": None, "unit": f"{unit}: not measured"})
                 continue
-            best = known.loc[(known[column] * sign).idxmin()]
+            best = known.iloc[(known[column] * sign).argmin()]
             cards = f"{best['cards']:.0f} card{'s' if best['cards'] != 1 else ''}"
             point = f"{best['strategy']} on {cards}, {best['attention']}"
             unit = f"{best['cost_unit']} per 1M tokens" if column == "cost_per_mtok" else unit
-            rows.append(
-                row | {"point": point, "value": round(float(best[column]), 6), "unit": unit}
-            )
+            value = round(float(best[column]), 6)
+            rows.append(row | {"point": point, "value": value, "unit": unit})
     return pd.DataFrame(rows)
 
 
@@ -73,10 +72,9 @@ def sharding_rule(fits: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
             expected = "ddp" if ddp_fits else "a sharded strategy"
             rows.append(row | {"fastest": "-", "rule": f"not measured (predicted: {expected})"})
             continue
-        best = ran.loc[ran["tokens_per_s"].idxmax()]
-        speeds = "; ".join(
-            f"{r.strategy}/{r.attention} {r.tokens_per_s:.1f}" for r in ran.itertuples()
-        )
+        best = ran.iloc[ran["tokens_per_s"].argmax()]
+        measured = zip(ran["strategy"], ran["attention"], ran["tokens_per_s"], strict=True)
+        speeds = "; ".join(f"{s}/{a} {t:.1f}" for s, a, t in measured)
         verdict = _verdict(ran, best, ddp_fits)
         rows.append(row | {"fastest": best["strategy"], "rule": f"{verdict} (tokens/s: {speeds})"})
     return pd.DataFrame(rows)
@@ -114,9 +112,9 @@ def sections(records: pd.DataFrame) -> list[Section]:
     checked = agreement(records)
     checked = checked[[c for c in AGREEMENT_COLUMNS if c in checked]]
     agree = "Strategies train the same model: each one's losses beside DDP's"
-    shown = [Section(agree, NOTES["same_model"], checked)] if not checked.empty else []
+    agreement_section = [Section(agree, NOTES["same_model"], checked)] if not checked.empty else []
     return [
-        *shown,
+        *agreement_section,
         Section("What to run where: the fastest, cheapest and least-energy point",
                 NOTES["where"], choices(points)),
         Section("Shard only when the model does not fit: the paper's rule, checked",
@@ -137,9 +135,9 @@ def recommend(model: str, system: str, configfile: Path, results: list[Path]) ->
     paths = [p for run in results for p in Path(run).glob("finetune/**/*.json")]
     points = measured_points(collect_records(paths) if paths else pd.DataFrame())
     points = points[(points["model"] == model) & (points["system"] == system)]
-    shown = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]
+    fit_map = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]
     print(f"{model} on {system}: {(fits['held_out_for'] == '').sum()} of {len(fits)} points fit")
-    print(shown.to_string(index=False, float_format="%.1f"))
+    print(fit_map.to_string(index=False, float_format="%.1f"))
     if fits["host_offer_gb"].isna().all():
         print(f"host RAM unplanned: config/systems/{system}.yaml states no host_memory_gb")
     if not points.empty:

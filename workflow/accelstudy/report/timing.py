@@ -36,10 +36,10 @@ def timelines(record_paths: Iterable[str | Path], results_dir: Path) -> pd.DataF
         startup = times.get("measured_s", times.get("ready_s", times["end_s"]))
         rule = RULE_OF_STAGE.get(record["stage"], record["stage"])
         try:  # results/<study>/<stage>/<job>.json, as the rules write them
-            job = path.resolve().relative_to(results_dir.resolve()).with_suffix("").parts[1:]
+            inside = path.resolve().relative_to(results_dir.resolve())
+            job = "/".join(inside.with_suffix("").parts[1:])
         except ValueError:  # a record from elsewhere: named by its path
-            job = (str(path.with_suffix("")),)
-        job = "/".join(job)
+            job = str(path.with_suffix(""))
         rows.append([rule, job, startup, times["end_s"] - startup])
     return pd.DataFrame(rows, columns=["rule", "job", "startup_s", "measured_s"])
 
@@ -49,17 +49,13 @@ def time_tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per rule, per job): each job's benchmark beside its record's start-up and measured work;
     per rule the sums, each rule's share of all jobs' wall time and its start-up share."""
-    jobs = (
-        benchmarks(results_dir)
-        .merge(timelines(record_paths, results_dir), on=["rule", "job"], how="outer")[JOB]
-        .astype({column: float for column in JOB[2:]})
-    )
-    sums = {column: (column, lambda s: s.sum(min_count=1)) for column in JOB[2:]}  # blank: none
-    rules = jobs.groupby("rule", as_index=False).agg(
-        jobs=("job", "size"), **sums | {"max_rss_mib": ("max_rss_mib", "max")}
-    )
-    wall = rules["wall_s"].sum()
-    rules["wall_share"] = (rules["wall_s"] / wall if wall else rules["wall_s"]).map(_percent)
+    timed = timelines(record_paths, results_dir)
+    jobs = benchmarks(results_dir).merge(timed, on=["rule", "job"], how="outer")[JOB]
+    jobs = jobs.astype({column: float for column in JOB[2:]})
+    # per rule: the peak RSS, the other figures' sums (blank where no job has the figure)
+    how = {c: (c, "max" if c == "max_rss_mib" else lambda s: s.sum(min_count=1)) for c in JOB[2:]}
+    rules = jobs.groupby("rule", as_index=False).agg(jobs=("job", "size"), **how)
+    rules["wall_share"] = (rules["wall_s"] / rules["wall_s"].sum()).map(_percent)
     startup = rules["startup_s"] / (rules["startup_s"] + rules["measured_s"])
     rules["startup_share"] = startup.map(_percent)
     rules = rules.sort_values("wall_s", ascending=False, ignore_index=True)

@@ -30,15 +30,10 @@ def per_stage(records: pd.DataFrame) -> pd.DataFrame:
     if jobs.empty:
         return jobs
     stages = jobs.groupby(["stage", "system", "compute_dtype"], sort=False)
-    table = stages.agg(
-        jobs=("MFU", "size"),
-        mfu_median=("MFU", "median"),
-        mfu_min=("MFU", "min"),
-        mfu_max=("MFU", "max"),
-        achieved_tflops=("achieved TFLOP/s", "median"),
-        source=("peak source", lambda s: "; ".join(dict.fromkeys(s))),
-    )
-    return table.reset_index()
+    mfu = stages["MFU"].agg(jobs="size", mfu_median="median", mfu_min="min", mfu_max="max")
+    achieved = stages["achieved TFLOP/s"].median().rename("achieved_tflops")
+    sources = stages["peak source"].agg(lambda s: "; ".join(dict.fromkeys(s))).rename("source")
+    return mfu.join([achieved, sources]).reset_index()
 
 
 def sections(records: pd.DataFrame, tables: Path) -> list[Section]:
