@@ -52,8 +52,12 @@ def check_preset(preset: str, nside: int, environ: Mapping[str, str] = os.enviro
 def emission(spec: dict[str, Any], seed: int) -> np.ndarray:
     """The dust intensity map (MJy/sr) at the configured frequency, through PySM3."""
     import pysm3
+    import pysm3.models.dust
     import pysm3.units as u
 
+    # numba compiles the modified black body kernel on first use (~9 s on 2 cores): once per
+    # environment, through numba's on-disk cache beside pysm3, not once per job
+    pysm3.models.dust.get_emission_numba.enable_caching()
     nside = spec["nside"]
     if spec["source"] == "pysm":
         check_preset(spec["preset"], nside)  # the stage's own check, for CLI use
