@@ -1,6 +1,9 @@
 """Are two runs of one study the same science? Compare every result record (and the report's
 tables) of two results/<study> folders field by field, leaving out what legitimately differs
-between runs: timings (`*_s`, `*_per_s`), memory (`*memory*`) and `provenance.*`.
+between runs: timings (`*_s`, `*_per_s`), memory (`*memory*`, `*rss*`), `provenance.*`, and what
+follows from timings: the fraction of peak (`mfu`, `achieved_*`, and `dtype_reason`, which
+quotes the CPU probe's rates), the charge (`cost.hours`, `cost.units`, `cost_*`) and the
+`time_*.csv` tables.
 
     python .test/records_equal.py results-before/tiny results-after/tiny
 
@@ -17,9 +20,11 @@ from pathlib import Path
 
 import pandas as pd
 
-# timings, memory, provenance: in records (keys) and in the tables (column headings)
+# timings, memory, provenance, and what follows from timings: in records (keys) and in the
+# tables (column headings)
 VOLATILE = re.compile(
-    r"_s$|_per_s|/s|time|memory|MiB|GiB|speed-up|efficiency|peak|minutes|provenance|git_commit|config_hash|_at$|host"
+    r"_s$|_per_s|/s|time|memory|MiB|GiB|speed-up|efficiency|peak|minutes|provenance|git_commit"
+    r"|config_hash|_at$|host|rss|mfu|MFU|achieved|dtype_reason|^hours$|^units$|^cost_"
 )
 
 
@@ -59,6 +64,8 @@ def records(root: Path) -> dict[str, dict]:
 def tables(root: Path) -> dict[str, pd.DataFrame]:
     out = {}
     for path in sorted((root / "tables").glob("*.csv")):
+        if path.name.startswith("time_"):  # where the time went: all timings
+            continue
         frame = pd.read_csv(path)
         keep = [c for c in frame.columns if not VOLATILE.search(str(c))]
         out[path.name] = frame[keep]
