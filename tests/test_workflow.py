@@ -230,7 +230,8 @@ def test_diffusion_points_share_the_fixed_work(study):
 @pytest.fixture(scope="module")
 def compared(study, tmp_path_factory):
     """The tiny study again as a second system, cpu-bf16 (evaluated and trained in
-    bfloat16), with one knob changed (HellaSwag's limit), then `snakemake compare` of both."""
+    bfloat16), with two knobs changed (HellaSwag's limit; one bit list of the two), then
+    `snakemake compare` of both."""
     workdir = tmp_path_factory.mktemp("second-system")
     # what does not depend on the system (the prepared model and data) is made once
     for prepared in ("models", "data"):
@@ -241,6 +242,7 @@ def compared(study, tmp_path_factory):
     config["system"] = "cpu-bf16"
     config["evaluation"]["dtype"] = config["diffusion"]["dtype"] = "bfloat16"
     config["tasks"]["hellaswag"]["limit"] = 13
+    config["ptq"]["bit_lists"] = [[16, 8, 4]]  # the first run's [8, 4] has no counterpart
     runs = [str(study / "results" / "tiny"), str(workdir / "results" / "tiny")]
     config["compare"] = {"runs": runs, "reference": "cpu", "out": str(workdir / "compare")}
     result = snakemake(workdir, "--cores", "2", "all", "compare", config=config)
@@ -255,15 +257,18 @@ def test_two_systems_compared_part_by_part(compared):
     ratios = pd.read_csv(compared / "tables" / "ratios.csv")
     speed = ratios[ratios["quantity"].isin(["tokens_per_s", "images_per_s"])]
     assert dict(zip(speed["part"], speed["points"], strict=True)) == {
-        "baseline": 2, "quantized": 4, "finetune": 1, "diffusion": 2,
+        "baseline": 2, "quantized": 2, "finetune": 1, "diffusion": 2,
     }  # fmt: skip
     assert (ratios["system"] == "cpu-bf16").all() and (ratios["reference"] == "cpu").all()
     assert (ratios["ratio"] > 0).all() and (ratios["min"] <= ratios["max"]).all()
     left = pd.read_csv(compared / "tables" / "left_out.csv")
-    assert sorted(left["system"] + ":" + left["task"]) == [
-        "cpu-bf16:hellaswag", "cpu-bf16:hellaswag", "cpu:hellaswag", "cpu:hellaswag",
+    assert sorted(left["system"] + ":" + left["task"] + ":" + left["method"]) == [
+        "cpu-bf16:hellaswag:bfloat16", "cpu-bf16:hellaswag:bfloat16", "cpu:hellaswag:fp32",
+        "cpu:hellaswag:fp32", "cpu:wikitext:fake [8,4]", "cpu:wikitext:nvidia [8,4]",
     ]  # fmt: skip
-    assert set(left["reason"]) == {"limit: 12 here, 13 there", "limit: 13 here, 12 there"}
+    hellaswag, wikitext = left[left["task"] == "hellaswag"], left[left["task"] == "wikitext"]
+    assert set(hellaswag["reason"]) == {"limit: 12 here, 13 there", "limit: 13 here, 12 there"}
+    assert wikitext["reason"].str.startswith("no other system measured quantized").all()
     matched = pd.read_csv(compared / "tables" / "matched.csv")
     assert matched["record"].map(lambda p: Path(p).is_file()).all()
     report = (compared / "report.md").read_text()
