@@ -1,6 +1,7 @@
 """One entry point: perplexity or multiple-choice accuracy under a protocol, throughput, memory."""
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 from transformers import PreTrainedModel
@@ -14,6 +15,21 @@ PROTOCOLS = ("paper", "lm-eval")
 # a task's kind (accelstudy.tasks) -> the module that scores it, imported only when used
 # (perplexity imports lm_eval's tasks, and datasets): its score() handles both protocols
 SCORERS: dict[Kind, str] = {"perplexity": "perplexity", "multiple-choice": "multiple_choice"}
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What a task's scorer gets: the model and tokenizer, the task under a protocol, its rows
+    (of which it scores the first `limit`), the evaluation settings and the meter."""
+
+    model: PreTrainedModel
+    tokenizer: Tokenizer
+    task: str
+    protocol: str
+    rows: list[dict]
+    settings: dict[str, Any]
+    meter: Meter
+    limit: int | None
 
 
 def evaluate_task(
@@ -32,9 +48,8 @@ def evaluate_task(
     spec = TASKS[task]
     scorer = importlib.import_module(f"accelstudy.evaluate.{SCORERS[spec.kind]}")
     with Meter(device) as meter:
-        metrics, details = scorer.score(
-            model, tokenizer, task, protocol, rows, settings, meter, limit
-        )
+        scoring = Scoring(model, tokenizer, task, protocol, rows, settings, meter, limit)
+        metrics, details = scorer.score(scoring)
     metrics.update(meter.metrics(model.config.to_dict()))
     metrics["primary_metric"] = spec.metric.name
     return metrics, details

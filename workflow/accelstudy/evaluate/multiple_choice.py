@@ -7,7 +7,7 @@ from tqdm import tqdm
 from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
-from accelstudy.evaluate.meters import Meter
+from accelstudy.evaluate import Scoring
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest, encode_pair
 from accelstudy.evaluate.scoring import Item, Score, packed_length, score_shared_contexts
 
@@ -85,18 +85,12 @@ def decide(request: ChoiceRequest, scores: list[Score], protocol: ChoiceProtocol
     return ItemResult(request.gold, lls.tolist(), n_tokens.tolist(), first, predictions, norm)
 
 
-def score(
-    model: PreTrainedModel,
-    tokenizer: Tokenizer,
-    task: str,
-    protocol: str,
-    rows: list[dict],
-    settings: dict,
-    meter: Meter,
-    limit: int | None,
-) -> tuple[dict[str, float], list[dict]]:
+def score(scoring: Scoring) -> tuple[dict[str, float], list[dict]]:
     """Accuracy on the first `limit` items, each protocol at its own maximum length; also acc_norm
     (character-normalised) under lm-eval's protocol."""
+    model, tokenizer = scoring.model, scoring.tokenizer
+    task, protocol, rows = scoring.task, scoring.protocol, scoring.rows
+    settings, meter, limit = scoring.settings, scoring.meter, scoring.limit
     spec = CHOICE_PROTOCOLS[(task, protocol)]
     max_length = settings[f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"]
     requests = [spec.build(row) for row in rows[: limit or None]]

@@ -11,7 +11,7 @@ from torch import nn
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
-from accelstudy.evaluate.meters import Meter
+from accelstudy.evaluate import Scoring
 from accelstudy.evaluate.prompts import encode, lm_eval_prefix
 
 GROUP_TEXTS_ROWS = 1000  # datasets.map's default batch, within which group_texts concatenates
@@ -66,20 +66,13 @@ def documents(rows: list[dict]) -> list[str]:
 
 
 @torch.inference_mode()
-def score(
-    model: nn.Module,
-    tokenizer: Tokenizer,
-    task: str,
-    protocol: str,
-    rows: list[dict],
-    settings: dict,
-    meter: Meter,
-    limit: int | None,
-) -> tuple[dict, list[dict]]:
+def score(scoring: Scoring) -> tuple[dict, list[dict]]:
     """The task's perplexity under `protocol`. The paper's: exp(token-weighted mean cross-entropy
     over the shifted positions of all blocks). lm-eval's `wikitext`: its detokenizer,
     loglikelihood_rolling (disjoint windows, each token a target exactly once), process_results,
     weighted perplexity and bits/byte over documents."""
+    model, tokenizer, protocol = scoring.model, scoring.tokenizer, scoring.protocol
+    rows, settings, meter, limit = scoring.rows, scoring.settings, scoring.meter, scoring.limit
     device = next(model.parameters()).device
     if protocol == "paper":
         blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
