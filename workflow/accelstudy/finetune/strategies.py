@@ -1,5 +1,6 @@
 """DDP, ZeRO-3 and FSDP as the authors configured them, on CPU (gloo) too; on Gaudi, theirs."""
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -33,13 +34,16 @@ GAUDI_CONFIG = PROJECT_ROOT / "envs" / "gaudi" / "gaudi_config.json"
 
 
 def process_env() -> dict[str, str]:
-    """Each rank's share of this process's cores; DeepSpeed's JIT-compiled ops cached per build."""
+    """Each rank's share of this process's cores; DeepSpeed's JIT-compiled ops cached per
+    environment: the build names its include paths, so two virtualenvs sharing one cache
+    would rebuild the op (about 40 s) each time the other had used it."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     keys = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE")
     local = next((int(os.environ[key]) for key in keys if key in os.environ), 1)
     threads = max(1, (cores or 1) // max(1, local))
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    build = f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__}"
+    prefix = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
+    build = f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__}_{prefix}"
     extensions = cache / "accelstudy" / "torch_extensions" / build.replace("+", "_")
     return {"OMP_NUM_THREADS": str(threads), "TORCH_EXTENSIONS_DIR": str(extensions)}
 
