@@ -48,10 +48,17 @@ def process_env() -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "TORCH_EXTENSIONS_DIR": str(extensions)}
 
 
+def use_own_ninja() -> None:
+    """This environment's ninja first on PATH: another ninja (the system's) rebuilds the op that
+    this one built (~40 s), and without the environment on PATH torch finds none."""
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def build_cpu_ops() -> None:
     """DeepSpeed's CPU shared-memory op, built into process_env's cache when the environment is
     made (as DeepSpeed's DS_BUILD_* pre-builds do), so that no ZeRO-3 job compiles it."""
     os.environ["TORCH_EXTENSIONS_DIR"] = process_env()["TORCH_EXTENSIONS_DIR"]
+    use_own_ninja()
     from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 
     ShareMemCommBuilder().load()
@@ -77,6 +84,7 @@ def prepare_state(strategy: str, device_kind: str) -> None:
         adapt_transformers_to_gaudi()
     if strategy == "zero3" and device_kind == "cpu":
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+        use_own_ninja()
         PartialState(backend="gloo")
 
 
