@@ -26,9 +26,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 study: $(STAMP)
-	@# a killed run leaves Snakemake's lock: removed when no Snakemake runs here, else one line
-	@$(BIN)/accelstudy unlock-if-stale
-	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --rerun-incomplete
+	@# a killed run of ours leaves Snakemake's lock: removed when its process is gone from this
+	@# host, else one line naming who holds it; this run is noted as the lock's owner
+	$(BIN)/accelstudy snakemake $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) \
+		--rerun-incomplete
 	@$(BIN)/accelstudy where-report --configfile $(CONFIG)
 
 test: $(STAMP)

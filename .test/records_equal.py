@@ -57,7 +57,9 @@ def records(root: Path) -> dict[str, dict]:
             continue
         data = json.loads(path.read_text())
         if isinstance(data, dict) and "stage" in data:
-            found[path.relative_to(root).as_posix()] = strip(data)
+            parts = path.relative_to(root).parts  # results/<study>/<system>/... or, before, not
+            parts = parts[1:] if parts[0] == data.get("system") else parts
+            found["/".join(parts)] = strip(data)
     return found
 
 

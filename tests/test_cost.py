@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from accelstudy.cost import Allocation, allocation, charged, check_rule
+from accelstudy.cost import Allocation, allocation, charged
 from accelstudy.errors import ConfigError
 from accelstudy.systems import load_system
 
@@ -70,14 +70,20 @@ def test_the_allocation_slurm_gave_the_job():
 @pytest.mark.parametrize(
     ("rule", "says"),
     [
-        ({"unit": "SUs", "per": "gpu", "doc": "x"}, "charge.per is 'gpu'; use one of"),
-        ({"unit": "SUs", "per": "card"}, "charge.doc is missing"),
-        ({"unit": "h", "per": "node", "doc": "x", "qos": {"regular": "one"}}, "regular is 'one'"),
+        ({"unit": "SUs", "per": "gpu", "doc": "x"}, "'charge.per': 'gpu' is not one of"),
+        ({"unit": "SUs", "per": "card"}, "'charge': 'doc' is a required property"),
+        ({"unit": "h", "per": "node", "doc": "x", "qos": {"regular": "one"}}, "charge.qos.regular"),
         ({"unit": "h", "per": "node", "doc": "x", "rate": 2}, "unknown key(s) ['rate']"),
+        ({"unit": "SUs", "per": "card", "doc": "x", "cores_per_card": 0}, "less than or equal"),
+        ({"unit": "SUs", "per": "card", "doc": "x", "memory_per_card_gb": 0}, "less than or equal"),
     ],
 )
 def test_a_rule_that_does_not_parse_is_one_line(rule, says):
+    """Before any job: a zero share would divide by zero in the record writer, after the run."""
+    from accelstudy.systems import check_system
+
+    spec = {"name": "mysite", "device": "cuda", "cards_per_node": 4, "charge": rule}
     with pytest.raises(ConfigError) as caught:
-        check_rule("mysite", rule)
+        check_system(spec, "config/systems/mysite.yaml: key")
     assert says in str(caught.value) and "\n" not in str(caught.value)
     assert "config/systems/mysite.yaml" in str(caught.value)

@@ -195,3 +195,5 @@ def test_the_record_schema_takes_every_source():
     assert schema["properties"]["energy"]["properties"]["sources"]["items"]["enum"] == list(
         energy.SOURCES
     )
+    system = yaml.safe_load((SCHEMAS / "system.schema.yaml").read_text())
+    assert system["properties"]["energy"]["items"]["enum"] == list(energy.SOURCES)

@@ -221,6 +221,28 @@ def test_a_killed_point_resumes_from_its_last_checkpoint(model_dir, tmp_path):
     assert not checkpoints.exists()
 
 
+def test_a_checkpoint_changed_since_its_run_saved_it_is_not_resumed(tmp_path):
+    """Resume unpickles a checkpoint: only one whose files are those its run recorded (the
+    killed-point test above resumes from one) is taken; changed, added or unlisted: passed over."""
+    from accelstudy.files import write_json
+    from accelstudy.finetune.train import DIGESTS, checkpoint_digests, last_checkpoint
+
+    for step in (2, 4):
+        saved = tmp_path / f"checkpoint-{step}"
+        (saved / "global_step").mkdir(parents=True)
+        (saved / "trainer_state.json").write_text("{}")
+        (saved / "global_step" / "states.pt").write_bytes(b"pickle")
+        write_json(saved / DIGESTS, checkpoint_digests(saved))
+    assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-4"
+    (tmp_path / "checkpoint-4" / "global_step" / "states.pt").write_bytes(b"other pickle")
+    assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
+    (tmp_path / "checkpoint-2" / "extra.pt").write_bytes(b"")
+    assert last_checkpoint(tmp_path) is None
+    (tmp_path / "checkpoint-6").mkdir()
+    (tmp_path / "checkpoint-6" / "trainer_state.json").write_text("{}")  # no digests: not ours
+    assert last_checkpoint(tmp_path) is None
+
+
 def test_without_checkpoint_steps_a_rerun_starts_afresh(model_dir, tmp_path):
     out = tmp_path / "result.json"
     stale = tmp_path / "result.json.checkpoints" / "checkpoint-2"

@@ -1,21 +1,25 @@
-"""`make study` after a killed run: a stale Snakemake lock goes, a live run's lock stays."""
+"""`make study` after a killed run: only the lock of a run of ours whose process is gone from
+this host is removed; a live run's, another host's or a hand-started run's lock stays."""
 
 from __future__ import annotations
 
+import json
+import platform
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from accelstudy.cli import main
-from accelstudy.locks import LockHeldError, snakemake_pids, unlock_if_stale
+from accelstudy.locks import OWNER, LockHeldError, unlock_if_stale
 
 
-def _lock(directory: Path) -> Path:
+def _lock(directory: Path, host: str | None = None, pid: int | None = None) -> Path:
     locks = directory / ".snakemake" / "locks"
     locks.mkdir(parents=True)
     (locks / "0.output.lock").write_text("results/x.json\n")
+    if host:
+        (directory / OWNER).write_text(json.dumps({"host": host, "pid": pid}))
     return locks
 
 
@@ -39,20 +43,40 @@ def test_no_lock_nothing_to_do(tmp_path):
     assert unlock_if_stale(tmp_path) == ""
 
 
-def test_a_stale_lock_is_removed(tmp_path, running):
-    locks = _lock(tmp_path)  # a Snakemake runs, but in another folder
-    assert snakemake_pids(tmp_path) == []
-    assert unlock_if_stale(tmp_path).startswith("Removed the lock a killed Snakemake run left")
+def test_a_dead_runs_lock_is_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    locks = _lock(tmp_path, platform.node(), int(dead.stdout))
+    assert unlock_if_stale(tmp_path).startswith("Removed the lock of a killed run")
     assert not locks.exists()
 
 
-def test_a_live_runs_lock_stays(running, monkeypatch, capsys):
+def test_a_live_runs_lock_stays(running):
     workdir, pid = running
-    locks = _lock(workdir)
-    assert snakemake_pids(workdir) == [pid]
+    locks = _lock(workdir, platform.node(), pid)
     with pytest.raises(LockHeldError, match=f"Snakemake \\(pid {pid}\\) is running in"):
         unlock_if_stale(workdir)
     assert locks.is_dir()
-    monkeypatch.chdir(workdir)
-    assert main(["unlock-if-stale"]) == 2
-    assert "wait for it, or stop it" in capsys.readouterr().err
+    marker = workdir / "ran"  # the command never starts
+    done = subprocess.run([sys.executable, "-m", "accelstudy", "snakemake", "touch", str(marker)],
+                          cwd=workdir, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and "wait for it, or stop it" in done.stderr
+    assert not marker.exists() and locks.is_dir()
+
+
+@pytest.mark.parametrize(("host", "says"), [("login02", "process 4242 on host login02"),
+                                            (None, "a Snakemake not started by make")])  # fmt: skip
+def test_another_hosts_or_a_hand_started_lock_stays(tmp_path, host, says):
+    locks = _lock(tmp_path, host, 4242)
+    with pytest.raises(LockHeldError, match=says):
+        unlock_if_stale(tmp_path)
+    assert (locks / "0.output.lock").is_file()
+
+
+def test_a_run_notes_its_host_and_process_then_becomes_the_command(tmp_path):
+    """The owner's pid is the command's own: `accelstudy snakemake` execs it."""
+    command = [sys.executable, "-c", "import os; print(os.getpid())"]
+    done = subprocess.run([sys.executable, "-m", "accelstudy", "snakemake", *command],
+                          cwd=tmp_path, capture_output=True, text=True, check=True)  # fmt: skip
+    owner = json.loads((tmp_path / OWNER).read_text())
+    assert owner["host"] == platform.node() and owner["pid"] == int(done.stdout)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from accelstudy import flops, peak
 from accelstudy.errors import ConfigError
-from accelstudy.systems import check_peak, load_system
+from accelstudy.systems import check_system, load_system
 from torch.utils.flop_counter import FlopCounterMode
 
 aten = torch.ops.aten
@@ -96,8 +96,9 @@ def test_a_stated_peak_carries_its_datasheet_and_gives_the_fraction():
     ["fast", {"bfloat16": 1e12}, {"bfloat16": "1e12", "doc": "x"}, {"float32": -1, "doc": "x"}],
 )
 def test_a_bad_peak_in_a_system_file_stops_with_one_line(stated):
-    with pytest.raises(ConfigError, match="peak_flops"):
-        check_peak("x.yaml", stated)
+    spec = {"name": "x", "device": "cuda", "cards_per_node": 1, "peak_flops": stated}
+    with pytest.raises(ConfigError, match=r"x\.yaml: key 'peak_flops"):
+        check_system(spec, "x.yaml: key")
 
 
 def test_every_shipped_system_states_or_measures_its_peak():

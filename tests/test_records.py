@@ -65,10 +65,12 @@ def test_scheduler_context():
     assert scheduler_context(pod) == {"kind": "kubernetes", "pod": "accelstudy-study"}
 
 
-@pytest.mark.parametrize(("umask", "file_mode", "dir_mode"), [(0o002, 0o664, 0o775),
+@pytest.mark.parametrize(("umask", "file_mode", "dir_mode"), [(0o002, 0o644, 0o755),
+                                                              (0o000, 0o644, 0o755),
                                                               (0o077, 0o600, 0o700)])  # fmt: skip
 def test_atomic_writes_take_the_umask_modes(umask, file_mode, dir_mode, tiny, tmp_path):
-    """Shared project directories: what open()/mkdir() would give, not mkstemp's 0600."""
+    """Shared project directories: what open()/mkdir() would give, not mkstemp's 0600, but
+    never writable by the group or others, whatever the umask."""
     import os
 
     from accelstudy.models import save_prepared

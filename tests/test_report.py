@@ -747,8 +747,9 @@ def test_time_tables_join_benchmarks_and_timelines(tmp_path):
         "baseline/m/boolq/paper": (9.5, 700.0, 9.0),
         "cluster/m-boolq-layer-8": (1.0, 3.0, 0.5),
     }
+    measured = results / "cpu"  # the system's measuring rules; cluster: the study's
     for job, (wall, rss, cpu) in benchmarks.items():
-        path = results / "benchmarks" / f"{job}.tsv"
+        path = (measured if job.startswith("baseline") else results) / "benchmarks" / f"{job}.tsv"
         path.parent.mkdir(parents=True)
         path.write_text(header + f"{wall}\t0:00:09\t{rss}\t0\t0\t0\t0\t0\t0\t{cpu}\n")
     record = _record("boolq", "paper", "accuracy", 0.5)
@@ -758,10 +759,10 @@ def test_time_tables_join_benchmarks_and_timelines(tmp_path):
         "measured_s": 4.5,
         "end_s": 9.0,
     }
-    inside = results / "baseline" / "m" / "boolq" / "paper.json"
+    inside = measured / "baseline" / "m" / "boolq" / "paper.json"
     write_record(inside, record)
     elsewhere = _write([record], tmp_path)[0]
-    rules, jobs = time_tables([inside, elsewhere], results)
+    rules, jobs = time_tables([inside, elsewhere], results, measured)
     baseline = jobs[jobs["job"] == "m/boolq/paper"].iloc[0]
     assert (baseline["wall_s"], baseline["cpu_s"], baseline["max_rss_mib"]) == (9.5, 9.0, 700.0)
     assert (baseline["startup_s"], baseline["measured_s"]) == (4.5, 4.5)

@@ -100,6 +100,7 @@ def test_tiny_study_completes_through_slurm(slurm_study):
     workdir, _ = slurm_study
     base = workdir / "results" / "tiny"
     assert (base / "report" / "index.html").is_file()
+    base /= "slurm-test"  # the measuring rules' records: one root per system
     wiki = json.loads((base / "baseline" / "tiny" / "wikitext" / "paper.json").read_text())
     assert wiki["system"] == "slurm-test"
     assert 300 < wiki["metrics"]["perplexity"] < 800  # a random model: near |V|
@@ -143,7 +144,7 @@ def test_two_node_points_ran_a_rank_on_each_node(rule, record, slurm_study, clus
     """`srun --overlap` started a torchrun on each node of the job (its node list asked of
     SLURM by job id); the ranks met, and the record names the node each rank ran on."""
     workdir, _ = slurm_study
-    record = json.loads((workdir / "results" / "tiny" / record).read_text())
+    record = json.loads((workdir / "results" / "tiny" / "slurm-test" / record).read_text())
     metrics = record["metrics"]
     # in rank order; c10d numbers the nodes' agents as they join, so either node may be rank 0
     assert metrics["status"] == "ok" and sorted(metrics["rank_hosts"]) == ["n1", "n2"]
@@ -158,7 +159,7 @@ def test_two_node_points_ran_a_rank_on_each_node(rule, record, slurm_study, clus
 def test_records_name_the_slurm_job_that_wrote_them(slurm_study, cluster):
     workdir, _ = slurm_study
     jobs = {job["JobId"]: job for job in scheduler_records(cluster)}
-    base = workdir / "results" / "tiny"
+    base = workdir / "results" / "tiny" / "slurm-test"
     for path in [
         *base.joinpath("baseline").rglob("*.json"),
         *base.joinpath("ptq").rglob("*/fake.json"),

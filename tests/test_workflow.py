@@ -17,12 +17,12 @@ pytestmark = pytest.mark.e2e
 
 
 def test_results_get_the_umask_modes(study):
-    """Every file and directory under results/ as open()/mkdir() would make it under umask
-    002, although records, tables and the model directory are written atomically."""
+    """Every file and directory under results/ readable by the group a project directory is
+    shared with (umask 002), atomic writes included, but writable by its owner only."""
     paths = [p for p in (study / "results").rglob("*") if not p.is_symlink()]
     assert any(p.suffix == ".json" for p in paths) and any(p.is_dir() for p in paths)
     wrong = [(str(p), oct(p.stat().st_mode & 0o777)) for p in paths
-             if p.stat().st_mode & 0o777 != (0o775 if p.is_dir() else 0o664)]  # fmt: skip
+             if p.stat().st_mode & 0o777 != (0o755 if p.is_dir() else 0o644)]  # fmt: skip
     assert not wrong
 
 
@@ -31,7 +31,7 @@ def test_records_have_real_values(study, cpu):
     from accelstudy.evaluate import evaluate_task
     from accelstudy.models import load_prepared
 
-    base = study / "results" / "tiny"
+    base = study / "results" / "tiny" / "cpu"  # the measuring rules' records: one root per system
     records = {p.relative_to(base / "baseline").as_posix(): json.loads(p.read_text())
                for p in (base / "baseline").rglob("*.json")}  # fmt: skip
     assert sorted(records) == [
@@ -132,9 +132,12 @@ def test_ptq_records_and_assignment(study):
     least_sensitive = scores.sort_values("score")["layer"].iloc[0]
     assert assignment[str(most_sensitive)] == 16 and assignment[str(least_sensitive)] == 4
     assert sorted(assignment.values()) == [4, 4, 8, 16]  # 1/1/2: the leftover goes last
-    fp32 = json.loads((base / "baseline" / "tiny" / "wikitext" / "paper.json").read_text())
-    fake = json.loads((folder / "fake.json").read_text())
-    real = json.loads((folder / "nvidia.json").read_text())
+    fp32 = json.loads((base / "cpu/baseline/tiny/wikitext/paper.json").read_text())
+    measured = (
+        base / "cpu" / folder.relative_to(base)
+    )  # the system's records; the assignment shared
+    fake = json.loads((measured / "fake.json").read_text())
+    real = json.loads((measured / "nvidia.json").read_text())
     hidden, inter, kv = 64, 128, 32
     layer = [(hidden, hidden), (kv, hidden), (kv, hidden), (hidden, hidden),
              (inter, hidden), (inter, hidden), (hidden, inter)]  # fmt: skip
@@ -171,7 +174,7 @@ def test_where_the_time_went(study):
     assert len(timed) == 4 + 4 + 1 + 2 and timed["wall_s"].notna().all()
     assert (timed["startup_s"] > 0).all() and (timed["measured_s"] >= 0).all()
     assert (timed["startup_s"] + timed["measured_s"] <= timed["wall_s"] + 0.2).all()
-    record = json.loads((study / "results/tiny/baseline/tiny/boolq/paper.json").read_text())
+    record = json.loads((study / "results/tiny/cpu/baseline/tiny/boolq/paper.json").read_text())
     times = record["provenance"]["timeline"]
     assert 0 < times["ready_s"] <= times["measured_s"] < times["end_s"]
     assert "Where the time went" in (study / "results/tiny/report/report.md").read_text()
@@ -211,7 +214,7 @@ def test_diffusion_points_share_the_fixed_work(study):
     two ranks see disjoint images; the panel holds input, SR, bicubic and truth."""
     import numpy as np
 
-    base = study / "results" / "tiny" / "diffusion"
+    base = study / "results" / "tiny" / "cpu" / "diffusion"
     one, two = (json.loads((base / f"devices-{n}" / "repeat-0.json").read_text()) for n in (1, 2))
     assert (one["metrics"]["iterations"], two["metrics"]["iterations"]) == (4, 2)
     assert one["metrics"]["images_processed"] == two["metrics"]["images_processed"] == 16
@@ -229,31 +232,37 @@ def test_diffusion_points_share_the_fixed_work(study):
 
 @pytest.fixture(scope="module")
 def compared(study, tmp_path_factory):
-    """The tiny study again as a second system, cpu-bf16 (evaluated and trained in
-    bfloat16), with two knobs changed (HellaSwag's limit; one bit list of the two), then
-    `snakemake compare` of both."""
+    """The tiny study (a copy of its results folder) run again on a second system, cpu-bf16
+    (evaluated and trained in bfloat16), with two knobs changed (HellaSwag's limit; one bit list
+    of the two), in the same results folder; then `snakemake compare` of that one study."""
     workdir = tmp_path_factory.mktemp("second-system")
-    # what does not depend on the system (the prepared model and data) is made once
-    for prepared in ("models", "data"):
-        shutil.copytree(
-            study / "results" / "tiny" / prepared, workdir / "results" / "tiny" / prepared
-        )
+    results = workdir / "results" / "tiny"
+    shutil.copytree(study / "results" / "tiny", results, symlinks=True)
+    first = {p: p.read_bytes() for p in (results / "cpu").rglob("*.json")}
     config = json.loads(json.dumps(TINY_CONFIG))
     config["system"] = "cpu-bf16"
     config["evaluation"]["dtype"] = config["diffusion"]["dtype"] = "bfloat16"
     config["tasks"]["hellaswag"]["limit"] = 13
     config["ptq"]["bit_lists"] = [[16, 8, 4]]  # the first run's [8, 4] has no counterpart
-    runs = [str(study / "results" / "tiny"), str(workdir / "results" / "tiny")]
-    config["compare"] = {"runs": runs, "reference": "cpu", "out": str(workdir / "compare")}
+    config["compare"] = {"runs": [str(results)], "reference": "cpu", "out": str(workdir / "cmp")}
     result = snakemake(workdir, "--cores", "2", "all", "compare", config=config)
     assert result.returncode == 0, result.stderr[-3000:]
-    return workdir / "compare"
+    assert {p: p.read_bytes() for p in (results / "cpu").rglob("*.json")} == first
+    return workdir / "cmp"
+
+
+def test_a_second_system_keeps_the_firsts_records(compared):
+    """Switching `system` re-ran nothing of the first system's (its records byte-identical,
+    checked in the fixture); the report lists both systems' records."""
+    report = (compared.parent / "results/tiny/report/report.md").read_text()
+    table = report[report.index("## Records by system") :]
+    assert "| cpu " in table and "| cpu-bf16 " in table
+    records = pd.read_csv(compared.parent / "results/tiny/tables/records.csv")
+    assert set(records["system"]) == {"cpu", "cpu-bf16"}
 
 
 def test_two_systems_compared_part_by_part(compared):
     """Matched points per part, the ratio table, and the records a changed key left out."""
-    import pandas as pd
-
     ratios = pd.read_csv(compared / "tables" / "ratios.csv")
     speed = ratios[ratios["quantity"].isin(["tokens_per_s", "images_per_s"])]
     assert dict(zip(speed["part"], speed["points"], strict=True)) == {
@@ -320,8 +329,8 @@ def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
            str(tmp_path / "config.yaml"), "--cores", "1", "--rerun-incomplete"]  # fmt: skip
-    baseline = tmp_path / "results" / "tiny" / "baseline" / "tiny"
-    logs = tmp_path / "results" / "tiny" / "logs" / "baseline"
+    baseline = tmp_path / "results" / "tiny" / "cpu" / "baseline" / "tiny"
+    logs = tmp_path / "results" / "tiny" / "cpu" / "logs" / "baseline"
     run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300

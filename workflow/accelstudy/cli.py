@@ -36,10 +36,10 @@ def _where_report(configfile: Path) -> None:
     print(f"Report: {root / 'index.html'} (Markdown: {root / 'report.md'})")
 
 
-def _unlock_if_stale() -> None:
-    from accelstudy.locks import unlock_if_stale
+def _run_snakemake(argv: list[str]) -> None:
+    from accelstudy.locks import run_snakemake
 
-    print(unlock_if_stale(Path.cwd()), end="")
+    run_snakemake(Path.cwd(), argv)
 
 
 def _probe(threads: list[int]) -> None:
@@ -93,7 +93,8 @@ Option = str | tuple[str, dict[str, Any] | str]
 COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "check-config": ("validate a study config file", _check_config, ["configfile"]),
     "where-report": ("print where a study's report is", _where_report, ["configfile"]),
-    "unlock-if-stale": ("remove the lock a killed Snakemake run left here", _unlock_if_stale, []),
+    "snakemake": ("remove the lock of a killed run of ours, then run the Snakemake command given",
+        _run_snakemake, [("argv", {"positional": True, "nargs": argparse.REMAINDER})]),
     "prepare-model": ("find or convert a model; write its manifest", "models:prepare_model",
         [("spec", {"help": "the models.<name> config entry"}), "seed", "out"]),
     "prepare-data": ("load one split of a task; cache as JSON Lines", "data.sources:prepare_data",
@@ -104,7 +105,8 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("protocol", {"required": True, "choices": ["paper", "lm-eval"]}), "model-dir", "data",
          ("settings", {"help": "the evaluation config block"}), "limit", "device", "out"]),
     "report": ("collect records into tables, figures and the report", _report,
-        ["study", ("records", {"type": Path, "nargs": "+", "required": True}),
+        ["study", ("system", {"help": "whose records the sections show", "required": False}),
+         ("records", {"type": Path, "nargs": "+", "required": True}),
          ("sensitivity", {"type": Path, "nargs": "*", "default": [], "help": "gathered tables"}),
          ("assignments", {"type": Path, "nargs": "*", "default": [], "help": "bit assignments"}),
          ("calibration", {"type": _json, "default": {}, "help": "ptq.calibration_limit"}),

@@ -6,17 +6,16 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import jsonschema
 
-from accelstudy.errors import ConfigError, require
+from accelstudy.errors import require, schema_error
 from accelstudy.options import schema
 from accelstudy.tasks import TASKS
 
 MODEL_SOURCE_KEYS = {"hf": "id", "local": "path", "gguf": "gguf_file"}
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-NAME_CHARACTERS = "names may use letters, digits, '_', '.', '-'"
 
 
 def _with_defaults(validator_class: Any) -> Any:
@@ -31,25 +30,6 @@ def _with_defaults(validator_class: Any) -> Any:
         yield from validate_properties(validator, properties, instance, schema)
 
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
-
-
-def _explain(error: jsonschema.ValidationError) -> str:
-    key = ".".join(str(p) for p in error.absolute_path) or "<top level>"
-    kind, why, value = error.validator, error.message, cast(Any, error.instance)
-    schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
-    if kind == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        why = f"unknown key(s) {sorted(set(value) - set(allowed))}; allowed keys are {allowed}"
-    elif kind == "propertyNames":
-        names = schema.get("propertyNames", {})
-        why += "; " + (f"expected one of {names['enum']}" if "enum" in names else NAME_CHARACTERS)
-    elif kind == "enum":
-        why = f"{value!r} is not one of {error.validator_value}"
-    elif kind == "type":
-        why = f"expected {error.validator_value}, got {type(value).__name__} {value!r}"
-    elif kind == "oneOf" and "description" in schema:
-        why = f"{value!r} is not valid; expected {schema['description']}"
-    return f"config key '{key}': {why}"
 
 
 def _coerce(value: Any, node: dict[str, Any], defs: dict[str, Any]) -> Any:
@@ -83,7 +63,7 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema_)
     errors = list(validator.iter_errors(config))
     if errors:  # the deepest error names the most specific key
-        raise ConfigError(_explain(max(errors, key=lambda e: len(list(e.absolute_path)))))
+        raise schema_error(errors)
     base = base_dir or Path.cwd()
     for name, model in config["models"].items():
         _check_model(name, model, base)

@@ -8,29 +8,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from accelstudy.errors import ConfigError
-
-PER = ("node", "card", "core")
-KEYS = {"unit", "per", "factor", "qos", "fractional_qos", "whole_node_partitions", "doc"}
-KEYS |= {"cores_per_card", "memory_per_card_gb"}
-
-
-def check_rule(system: str, rule: Mapping[str, Any]) -> None:
-    """One line naming the system file's key and the fix, before any job runs."""
-    where = f"config/systems/{system}.yaml: charge"
-    if unknown := sorted(set(rule) - KEYS):
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(KEYS)}")
-    if rule.get("per") not in PER:
-        raise ConfigError(f"{where}.per is {rule.get('per')!r}; use one of {list(PER)}")
-    for key in ("unit", "doc"):
-        if not isinstance(rule.get(key), str) or not rule[key]:
-            raise ConfigError(f"{where}.{key} is missing: name the unit and the documentation")
-    numbers = {"factor": rule.get("factor", 1), **(rule.get("qos") or {})}
-    numbers |= {k: rule[k] for k in ("cores_per_card", "memory_per_card_gb") if k in rule}
-    for key, value in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ConfigError(f"{where}: {key} is {value!r}; give a number, 0 or more")
-
 
 @dataclass(frozen=True)
 class Allocation:

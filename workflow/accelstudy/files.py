@@ -10,12 +10,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from accelstudy.errors import StudyError
+
+
+def current_umask() -> int:
+    """This process's umask, read from /proc (setting it to read it, the fallback, is
+    process-wide: not safe beside the energy meter's threads)."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
 
 def umask_mode(path: str | Path, directory: bool = False) -> None:
-    """Give `path` the mode `open()` / `mkdir()` would: mkstemp and mkdtemp create 0600 /
-    0700, which would hide results from the group a project directory is shared with."""
-    mask = os.umask(0o022)  # the umask is read by setting it, so set it straight back
-    os.umask(mask)
+    """Give `path` the mode `open()` / `mkdir()` would (mkstemp and mkdtemp create 0600 / 0700,
+    which would hide results from the group a project directory is shared with), but never
+    group- or world-writable: a record another user could rewrite is no evidence."""
+    mask = current_umask() | 0o022
     os.chmod(path, (0o777 if directory else 0o666) & ~mask)
 
 
@@ -40,6 +53,17 @@ def write_json(path: str | Path, payload: Any) -> None:
     with atomic_open(path) as handle:
         json.dump(payload, handle, indent=2, sort_keys=False, default=str)
         handle.write("\n")
+
+
+def read_json(path: str | Path) -> Any:
+    """A JSON file, or one line naming it and how to make it again (never a bare traceback)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise StudyError(
+            f"{path} is not valid JSON ({error}): a damaged copy; delete it and re-run "
+            "snakemake, which runs the job that writes it again"
+        ) from None
 
 
 def sha256_file(path: str | Path, block: int = 16 << 20) -> str:

@@ -127,9 +127,19 @@ def gguf_path(spec: dict[str, Any]) -> Path:
     return embedded_gguf() if spec["gguf_file"] == "embedded" else Path.cwd() / spec["gguf_file"]
 
 
+def refuse_foreign(out: Path) -> None:
+    """A directory holding files but no manifest of ours is someone else's: never replaced."""
+    if out.is_dir() and any(out.iterdir()) and not (out / snapshots.MANIFEST).is_file():
+        raise ModelSourceError(
+            f"'{out}' holds files that accelstudy did not prepare (no {snapshots.MANIFEST}); "
+            "move them away or give another --out"
+        )
+
+
 def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> None:
     """Write model + tokenizer as safetensors into `out`, atomically (temp dir, then rename)."""
     out = Path(out)
+    refuse_foreign(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -164,6 +174,7 @@ def load_prepared(
 def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:
     """The `prepare-model` stage: find or convert the model; a manifest, written last, marks it."""
     out, source = Path(out), spec["source"]
+    refuse_foreign(out)
     manifest: dict[str, Any] = {"source": source}
     if source == "hf":
         folder = snapshots.hub_snapshot(out.name, spec)

@@ -3,7 +3,6 @@ against workflow/schemas/record.schema.yaml and written atomically."""
 
 import contextlib
 import datetime as dt
-import json
 import os
 import platform
 import subprocess
@@ -22,7 +21,7 @@ from accelstudy import __version__, peak, timeline
 from accelstudy.config import config_hash
 from accelstudy.cost import Allocation, allocation, charged
 from accelstudy.energy import EnergyMeter, combine, per_unit
-from accelstudy.files import write_json
+from accelstudy.files import read_json, write_json
 from accelstudy.paths import PROJECT_ROOT, SCHEMAS
 from accelstudy.systems import System, load_system
 
@@ -241,5 +240,4 @@ class Job:
         return record
 
 
-def read_record(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+read_record = read_json

@@ -12,6 +12,8 @@ from accelstudy.systems import System, load_system
 
 ACCOUNT_ENV = "ACCELSTUDY_ACCOUNT"
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+# what a scheduler value may hold besides letters and digits (a constraint: SLURM's operators)
+PLAIN, CONSTRAINT = "._:-", "._:-&|*[]"
 Env = MutableMapping[str, str]
 Resources = Mapping[str, Any]  # resource name -> its value as written
 PerRule = Mapping[str, Resources]  # rule -> its --set-resources
@@ -29,19 +31,35 @@ def export_scheduler_defaults(system: System, environ: Env) -> None:
 
 
 def check_variables(system: System, defaults: Resources, per_rule: PerRule, environ: Env) -> None:
-    """Every $ACCELSTUDY_* a profile resource reads must be set by now."""
+    """Every $ACCELSTUDY_* a profile resource reads must be set by now, to a plain word: the
+    resource is evaluated as Python, and the plugin hands its value to sbatch through a shell."""
     written = [*defaults.items()]
     written += [(f"{r}:{n}", raw) for r, values in per_rule.items() for n, raw in values.items()]
     for name, raw in written:
         for match in _VARIABLE.finditer(str(raw)):
             variable = match[1] or match[2]
-            if variable.startswith("ACCELSTUDY_SLURM_") and variable not in environ:
-                key = variable.removeprefix("ACCELSTUDY_SLURM_").lower()
+            key = variable.removeprefix("ACCELSTUDY_SLURM_")
+            if variable in environ and variable.startswith("ACCELSTUDY_"):
+                check_plain(variable, environ[variable], key, system.name)
+            elif key != variable and variable not in environ:
                 raise ConfigError(
                     f"resource '{name}' reads ${variable}, but neither the environment nor "
-                    f"config/systems/{system.name}.yaml (slurm.{key}) sets it"
+                    f"config/systems/{system.name}.yaml (slurm.{key.lower()}) sets it"
                     + other_site(variable, system.name)
                 )
+
+
+def check_plain(variable: str, value: str, key: str, system: str) -> None:
+    """A value a profile's resource expression reads: letters, digits and a few marks, so that
+    neither the expression (Python) nor the plugin's sbatch line (a shell) can run it."""
+    allowed = CONSTRAINT if key == "CONSTRAINT" else PLAIN
+    where = f"slurm.{key.lower()} of config/systems/{system}.yaml" if key != variable else ""
+    where = where or "--config account"
+    if not re.fullmatch(rf"[\w{re.escape(allowed)}]*", value, re.ASCII):
+        raise ConfigError(
+            f"${variable} ({where} or the environment) is {value!r}, but a value that reaches "
+            f"sbatch through the profile may hold only letters, digits and {' '.join(allowed)}"
+        )
 
 
 def other_site(variable: str, system: str) -> str:

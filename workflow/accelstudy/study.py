@@ -18,6 +18,7 @@ def validate_study(config: dict[str, Any], base_dir: Path | None = None) -> Syst
     """Validate `config` in place (filling defaults); return the system it runs on."""
     validate_config(config, base_dir)
     system = load_system(config["system"])
+    system.check_dtype("evaluation.dtype", config["evaluation"]["dtype"])
     check_finetune(config, system)
     check_diffusion(config, system)
     return system

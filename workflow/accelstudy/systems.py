@@ -1,18 +1,16 @@
 """A machine as its system file describes it (config/systems/<name>.yaml): device kind,
 cards per node, nodes, dtypes, launcher and scheduler, and the checks a sweep must pass."""
 
-import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
 import yaml
 
-from accelstudy.cost import check_rule
-from accelstudy.energy import SOURCES
-from accelstudy.errors import ConfigError, require
-from accelstudy.paths import SYSTEMS
+from accelstudy.errors import require, schema_error
+from accelstudy.paths import SCHEMAS, SYSTEMS
 
 FACT_KEYS = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "nodes")
 
@@ -76,32 +74,19 @@ class System:
         return {key: getattr(self, key) for key in FACT_KEYS}
 
 
-def check_peak(path: Any, stated: Any) -> None:
-    """`measured`, or dtype -> FLOP/s per card with the datasheet's address in `doc`."""
-    if stated is None or stated == "measured":
-        return
-    fix = "give dtype: FLOP/s per card and doc: the datasheet's address, or measured (a CPU)"
-    if not isinstance(stated, dict) or not stated.get("doc"):
-        raise ConfigError(f"{path}: peak_flops: {fix}")
-    for dtype, value in stated.items():
-        number = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-        if dtype not in ("doc", "note") and value is not None and not number:
-            raise ConfigError(f"{path}: peak_flops.{dtype}: {value!r} is not a FLOP/s; {fix}")
-
-
 def load_system(name: str) -> System:
-    """The machine description config/systems/{name}.yaml."""
+    """The machine description config/systems/{name}.yaml, checked against system.schema.yaml."""
     path = SYSTEMS / f"{name}.yaml"
     known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
     require(path.is_file(), "system", f"unknown system '{name}'; known systems are {known}")
     spec = yaml.safe_load(path.read_text())
-    if unknown := set(spec) - {f.name for f in dataclasses.fields(System)}:
-        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
-    dtypes = tuple(spec.get("dtypes", ("float32",)))
-    energy = tuple(spec.get("energy") or ())
-    for source in set(energy) - set(SOURCES):
-        raise ConfigError(f"{path}: energy source '{source}' is not one of {', '.join(SOURCES)}")
-    check_peak(path, spec.get("peak_flops"))
-    if spec.get("charge") is not None:
-        check_rule(name, spec["charge"])
-    return System(**{**spec, "dtypes": dtypes, "slurm": spec.get("slurm") or {}, "energy": energy})
+    check_system(spec, f"config/systems/{name}.yaml: key")
+    lists = {"dtypes": tuple(spec.get("dtypes", ("float32",))), "slurm": spec.get("slurm") or {}}
+    return System(**{**spec, **lists, "energy": tuple(spec.get("energy") or ())})
+
+
+def check_system(spec: Any, where: str) -> None:
+    """Types, minimums (no zero cards, cores or memory to divide by), enums, no unknown key."""
+    schema = yaml.safe_load((SCHEMAS / "system.schema.yaml").read_text())
+    if errors := list(jsonschema.Draft202012Validator(schema).iter_errors(spec)):
+        raise schema_error(errors, where)

@@ -3,12 +3,14 @@ rules make per job, wildcard constraints from the schema; parsing the workflow i
 The rules name their own files (environments, captions)."""
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from accelstudy import points
 from accelstudy.options import node
+from accelstudy.paths import SYSTEMS
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
@@ -22,6 +24,9 @@ class StudyTargets:
     def __init__(self, config: Mapping[str, Any], system: System) -> None:
         self.config, self.system = config, system
         self.results = f"{config['results_dir']}/{config['study']}"
+        # the measuring rules' records, logs and benchmarks: one root per system, so that a
+        # study run on another system never re-runs (and so deletes) this one's
+        self.measured = f"{self.results}/{system.name}"
         self.models = sorted(config["models"])
         # models only fine-tuned (evaluate: false) get no baseline or PTQ jobs
         self.eval_models = [m for m in self.models if config["models"][m]["evaluate"]]
@@ -38,13 +43,14 @@ class StudyTargets:
         listed |= {"strategy": "finetune.strategies", "attention": "finetune.attention"}
         for wildcard, path in listed.items():
             allowed[wildcard] = node(path)["items"]["enum"]
-        numbers = dict.fromkeys(["chunk", "cards", "repeat", "devices"], r"\d+")
-        return {k: "|".join(v) for k, v in allowed.items()} | numbers | {"bits": r"\d+(-\d+)*"}
+        numbers = {"chunk": r"\d+", "repeat": r"\d+", "cards": r"[1-9]\d*", "devices": r"[1-9]\d*"}
+        names = {k: "|".join(map(re.escape, v)) for k, v in allowed.items()}  # a '.' is a dot
+        return names | numbers | {"bits": r"\d+(-\d+)*"}
 
     # result files ----------------------------------------------------------------------------
     def baseline_records(self) -> list[str]:
         return [
-            f"{self.results}/baseline/{model}/{task}/{protocol}.json"
+            f"{self.measured}/baseline/{model}/{task}/{protocol}.json"
             for model in self.eval_models
             for task in self.tasks
             for protocol in self.config["tasks"][task]["protocols"]
@@ -58,7 +64,8 @@ class StudyTargets:
         return [f"{run}/{level}/bits-{b}" for run in self._ptq_runs() for b in self.bit_labels]
 
     def ptq_records(self) -> list[str]:
-        return [f"{d}/{recipe}.json" for d in self._ptq_folders() for recipe in self.ptq["recipes"]]
+        folders = [d.replace(self.results, self.measured, 1) for d in self._ptq_folders()]
+        return [f"{d}/{recipe}.json" for d in folders for recipe in self.ptq["recipes"]]
 
     def ptq_assignments(self) -> list[str]:
         """Every bit list's assignment, in config order: Fig. 1 colours the targets by them."""
@@ -69,14 +76,14 @@ class StudyTargets:
 
     def finetune_records(self) -> list[str]:
         return [
-            f"{self.results}/finetune/{c.model}/{c.strategy}/{c.attention}/cards-{c.cards}/"
+            f"{self.measured}/finetune/{c.model}/{c.strategy}/{c.attention}/cards-{c.cards}/"
             f"repeat-{c.repeat}.json"
             for c in points.finetune_cells(self.config)
         ]
 
     def diffusion_records(self) -> list[str]:
         return [
-            f"{self.results}/diffusion/devices-{devices}/repeat-{repeat}.json"
+            f"{self.measured}/diffusion/devices-{devices}/repeat-{repeat}.json"
             for devices, repeat in points.diffusion_cells(self.config)
         ]
 
@@ -86,6 +93,16 @@ class StudyTargets:
     def records(self) -> list[str]:
         evaluations = self.baseline_records() + self.ptq_records()
         return evaluations + self.finetune_records() + self.diffusion_records()
+
+    def other_systems_records(self) -> list[str]:
+        """Records another system's run of this study left (config/systems names), which the
+        report lists beside this system's."""
+        found = []
+        for root in sorted(Path(self.results).glob("*/")):
+            if root.name != self.system.name and (SYSTEMS / f"{root.name}.yaml").is_file():
+                stages = [root / stage for stage in ("baseline", "ptq", "finetune", "diffusion")]
+                found += [p for stage in stages for p in stage.rglob("*.json")]
+        return sorted(str(p) for p in found if not any(".checkpoints" in d for d in p.parts))
 
     def compare_inputs(self) -> list[str]:
         """Every JSON of the runs to compare (`compare` tells records), and this study's report

@@ -4,11 +4,11 @@ rule baseline:
         model=f"{RESULTS}/models/{{model}}",
         data=STUDY.eval_split_file,
     output:
-        f"{RESULTS}/baseline/{{model}}/{{task}}/{{protocol}}.json",
+        f"{MEASURED}/baseline/{{model}}/{{task}}/{{protocol}}.json",
     log:
-        f"{RESULTS}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
+        f"{MEASURED}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/baseline/{{model}}/{{task}}/{{protocol}}.tsv"
+        f"{MEASURED}/benchmarks/baseline/{{model}}/{{task}}/{{protocol}}.tsv"
     conda:
         CONDA_ENV
     threads: 1
@@ -21,8 +21,8 @@ rule baseline:
         limit=STUDY.task_value("limit"),
         source=STUDY.task_value("source"),
     shell:
-        "OMP_NUM_THREADS={threads} accelstudy baseline --study {params.study} "
-        "--system {params.system} --model-name {wildcards.model} "
-        "--model-dir {input.model:q} --task {wildcards.task} --protocol {wildcards.protocol} "
-        "--data {input.data:q} --data-source {params.source} --settings {params.settings:q} "
-        "--limit {params.limit} --out {output:q} > {log:q} 2>&1"
+        "OMP_NUM_THREADS={threads} accelstudy baseline --study {params.study:q} "
+        "--system {params.system:q} --model-name {wildcards.model:q} "
+        "--model-dir {input.model:q} --task {wildcards.task:q} --protocol {wildcards.protocol:q} "
+        "--data {input.data:q} --data-source {params.source:q} --settings {params.settings:q} "
+        "--limit {params.limit:q} --out {output:q} > {log:q} 2>&1"

@@ -18,8 +18,13 @@ except StudyError as error:
 
 
 export_for_jobs(os.environ)
+# what made a shared output (the sensitivity)
+os.environ["ACCELSTUDY_SYSTEM"] = SYSTEM.name
+# results, logs and the directories Snakemake makes: never group- or world-writable
+os.umask(os.umask(0o022) | 0o022)
 STUDY = StudyTargets(config, SYSTEM)
 RESULTS = STUDY.results
+MEASURED = STUDY.measured  # results/<study>/<system>: the measuring rules' outputs
 PTQ = config["ptq"]
 COMPARE = config["compare"]
 # `--software-deployment-method conda` builds the environment the system's device needs (Gaudi

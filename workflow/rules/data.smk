@@ -16,7 +16,7 @@ rule prepare_model:
         seed=STUDY.model_seed,
     shell:
         "OMP_NUM_THREADS={threads} accelstudy prepare-model --spec {params.spec:q} "
-        "--seed {params.seed} --out {output:q} > {log:q} 2>&1"
+        "--seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule prepare_data:
@@ -36,5 +36,5 @@ rule prepare_data:
     params:
         spec=STUDY.data_spec,
     shell:
-        "accelstudy prepare-data --task {wildcards.task} --spec {params.spec:q} "
-        "--split {wildcards.split} --out {output.rows:q} > {log:q} 2>&1"
+        "accelstudy prepare-data --task {wildcards.task:q} --spec {params.spec:q} "
+        "--split {wildcards.split:q} --out {output.rows:q} > {log:q} 2>&1"

@@ -17,7 +17,7 @@ rule prepare_dust:
         spec=json.dumps(config["diffusion"]["data"], sort_keys=True),
         seed=config["seed"],
     shell:
-        "accelstudy prepare-dust --spec {params.spec:q} --seed {params.seed} "
+        "accelstudy prepare-dust --spec {params.spec:q} --seed {params.seed:q} "
         "--out {output.pairs:q} --card {output.card:q} > {log:q} 2>&1"
 
 
@@ -26,12 +26,12 @@ rule diffusion:
         pairs=f"{RESULTS}/data/dust/pairs.npz",
         card=f"{RESULTS}/data/dust/card.json",
     output:
-        record=f"{RESULTS}/diffusion/devices-{{devices}}/repeat-{{repeat}}.json",
-        samples=f"{RESULTS}/diffusion/devices-{{devices}}/repeat-{{repeat}}.samples.npz",
+        record=f"{MEASURED}/diffusion/devices-{{devices}}/repeat-{{repeat}}.json",
+        samples=f"{MEASURED}/diffusion/devices-{{devices}}/repeat-{{repeat}}.samples.npz",
     log:
-        f"{RESULTS}/logs/diffusion/devices-{{devices}}-{{repeat}}.log",
+        f"{MEASURED}/logs/diffusion/devices-{{devices}}-{{repeat}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/diffusion/devices-{{devices}}/repeat-{{repeat}}.tsv"
+        f"{MEASURED}/benchmarks/diffusion/devices-{{devices}}/repeat-{{repeat}}.tsv"
     conda:
         CONDA_ENV
     threads: STUDY.point_threads
@@ -42,7 +42,7 @@ rule diffusion:
         system=config["system"],
         point=STUDY.diffusion_point,
     shell:
-        "accelstudy diffusion --study {params.study} --system {params.system} "
+        "accelstudy diffusion --study {params.study:q} --system {params.system:q} "
         "--point {params.point:q} --data {input.pairs:q} --card {input.card:q} "
         "--threads {threads} --out {output.record:q} --samples {output.samples:q} "
         "> {log:q} 2>&1"

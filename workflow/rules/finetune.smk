@@ -24,11 +24,11 @@ rule finetune:
         model=f"{RESULTS}/models/{{model}}",
         data=f"{RESULTS}/data/instructions/train.jsonl",
     output:
-        f"{RESULTS}/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.json",
+        f"{MEASURED}/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.json",
     log:
-        f"{RESULTS}/logs/finetune/{{model}}-{{strategy}}-{{attention}}-{{cards}}-{{repeat}}.log",
+        f"{MEASURED}/logs/finetune/{{model}}-{{strategy}}-{{attention}}-{{cards}}-{{repeat}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.tsv"
+        f"{MEASURED}/benchmarks/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.tsv"
     conda:
         CONDA_ENV
     threads: STUDY.point_threads
@@ -40,7 +40,7 @@ rule finetune:
         point=STUDY.finetune_point,
         source=config["finetune"]["data"]["source"],
     shell:
-        "accelstudy finetune --study {params.study} --system {params.system} "
-        "--model-name {wildcards.model} --model-dir {input.model:q} "
-        "--point {params.point:q} --data-source {params.source} --threads {threads} "
+        "accelstudy finetune --study {params.study:q} --system {params.system:q} "
+        "--model-name {wildcards.model:q} --model-dir {input.model:q} "
+        "--point {params.point:q} --data-source {params.source:q} --threads {threads} "
         "--out {output:q} > {log:q} 2>&1"

@@ -27,10 +27,10 @@ rule sensitivity:
         prefix_reuse=str(PTQ["prefix_reuse"]).lower(),
     shell:
         "OMP_NUM_THREADS={threads} accelstudy sensitivity --model-dir {input.model:q} "
-        "--task {wildcards.task} --data {input.data:q} --limit {params.limit} "
-        "--settings {params.settings:q} --granularity {wildcards.granularity} "
-        "--family {params.family} --sparsity {params.sparsity} --chunks {params.chunks} "
-        "--chunk {wildcards.chunk} --prefix-reuse {params.prefix_reuse} "
+        "--task {wildcards.task:q} --data {input.data:q} --limit {params.limit:q} "
+        "--settings {params.settings:q} --granularity {wildcards.granularity:q} "
+        "--family {params.family:q} --sparsity {params.sparsity:q} --chunks {params.chunks:q} "
+        "--chunk {wildcards.chunk:q} --prefix-reuse {params.prefix_reuse:q} "
         "--out {output:q} > {log:q} 2>&1"
 
 
@@ -67,7 +67,7 @@ rule cluster:
         remainder=STUDY.ptq_remainder,
     shell:
         "accelstudy cluster --table {input.table:q} --bits {params.bits:q} "
-        "--method {params.method} --remainder {params.remainder} "
+        "--method {params.method:q} --remainder {params.remainder:q} "
         "--model-dir {input.model:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -78,11 +78,11 @@ rule quantize:
         assignment=f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
         calibration=STUDY.calibration_file,
     output:
-        f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
+        f"{MEASURED}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
     log:
-        f"{RESULTS}/logs/quantize/{{model}}-{{task}}-{{granularity}}-{{bits}}-{{recipe}}.log",
+        f"{MEASURED}/logs/quantize/{{model}}-{{task}}-{{granularity}}-{{bits}}-{{recipe}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/quantize/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.tsv"
+        f"{MEASURED}/benchmarks/quantize/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.tsv"
     conda:
         CONDA_ENV
     threads: 1
@@ -98,10 +98,10 @@ rule quantize:
         symmetric=str(PTQ["symmetric"]).lower(),
         fp8=STUDY.fp8_flags,
     shell:
-        "OMP_NUM_THREADS={threads} accelstudy quantize --study {params.study} "
-        "--system {params.system} --model-name {wildcards.model} --task {wildcards.task} "
-        "--data-source {params.source} --recipe {wildcards.recipe} "
+        "OMP_NUM_THREADS={threads} accelstudy quantize --study {params.study:q} "
+        "--system {params.system:q} --model-name {wildcards.model:q} --task {wildcards.task:q} "
+        "--data-source {params.source:q} --recipe {wildcards.recipe:q} "
         "--model-dir {input.model:q} --data {input.data:q} --settings {params.settings:q} "
-        "--limit {params.limit} --assignment {input.assignment:q} "
-        "--group-size {params.group_size} --symmetric {params.symmetric} "
+        "--limit {params.limit:q} --assignment {input.assignment:q} "
+        "--group-size {params.group_size:q} --symmetric {params.symmetric:q} "
         "--calibration {input.calibration:q} {params.fp8} --out {output:q} > {log:q} 2>&1"

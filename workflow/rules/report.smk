@@ -2,6 +2,7 @@
 rule report:
     input:
         records=STUDY.records(),
+        other_systems=STUDY.other_systems_records(),
         samples=STUDY.diffusion_samples(),
         sensitivity=STUDY.sensitivity_tables(),
         assignments=STUDY.ptq_assignments(),
@@ -19,13 +20,15 @@ rule report:
         CONDA_ENV
     params:
         study=config["study"],
+        system=config["system"],
         results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.html)),
         calibration=json.dumps(
             {t: PTQ["calibration_limit"].get(t) for t in STUDY.ptq_tasks}
         ),
         bit_lists=json.dumps(PTQ.get("bit_lists", [])),
     shell:
-        "accelstudy report --study {params.study} --records {input.records:q} "
+        "accelstudy report --study {params.study:q} --system {params.system:q} "
+        "--records {input.records:q} {input.other_systems:q} "
         "--sensitivity {input.sensitivity:q} --assignments {input.assignments:q} "
         "--calibration {params.calibration:q} --bit-lists {params.bit_lists:q} "
         "--results-dir {params.results:q} > {log:q} 2>&1"
@@ -46,8 +49,8 @@ rule compare:
         CONDA_ENV
     params:
         runs=COMPARE["runs"],
-        reference=f"--reference {COMPARE['reference']}" if COMPARE["reference"] else "",
+        reference=COMPARE["reference"] or "",
         out=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
-        "accelstudy compare {params.runs:q} --out {params.out:q} {params.reference} "
+        "accelstudy compare {params.runs:q} --out {params.out:q} --reference {params.reference:q} "
         "> {log:q} 2>&1"

@@ -144,7 +144,8 @@ def prepare_dust(spec: dict[str, Any], seed: int, out: Path, card: Path) -> dict
         lr_t = F.interpolate(hr_t, size=size, mode="bicubic", antialias=True, align_corners=False)
     with atomic_open(out, "wb") as handle:
         np.savez(handle, hr=hr_t.numpy(), lr=lr_t.numpy(), validation=spec["validation_patches"])
-    data_card = {k: spec.get(k) for k in ("source", "preset", "nside", "frequency_ghz", "file")}
+    data_card = {k: spec.get(k) for k in ("source", "preset", "nside", "frequency_ghz")}
+    data_card["file"] = Path(spec["file"]).name if spec.get("file") else None  # no home dir
     data_card["standin"] = standin = spec["source"] == "standin"
     data_card.update({k: spec[k] for k in ("patches", "validation_patches", "hr_size", "scale")})
     data_card["downsample"] = spec["downsample"] if lr is None else "given"

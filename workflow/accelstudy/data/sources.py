@@ -167,7 +167,8 @@ def describe_source(
         hub = {"dataset": spec["dataset"], "name": spec.get("name"), "split": split}
         return {"source": source, **hub, "revision": revision, "commit": commit}
     if source == "local":
-        return {"source": source, "digest": f"sha256:{sha256_file(Path.cwd() / str(file))}"}
+        digest = f"sha256:{sha256_file(Path.cwd() / str(file))}"
+        return {"source": source, "file": Path(str(file)).name, "digest": digest}  # no home dir
     generated = {"generator": STANDIN} if source == "standin" else {}  # else a PySM preset
     return {"source": source, **generated, "seed": seed}
 

@@ -24,12 +24,14 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from accelstudy import ranks, timeline
 from accelstudy.data.instructions import concatenated_blocks, load_examples
 from accelstudy.device import DTYPES, Device, host_peak_rss
+from accelstudy.files import read_json, sha256_file, write_json
 from accelstudy.finetune import strategies
 from accelstudy.finetune.planner import load_config
 from accelstudy.models import DTYPE_KWARG
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import weights_dir
 
+DIGESTS = "accelstudy-digests.json"  # sha256 of each file of a checkpoint, as its run saved it
 OOM_HOOK = "ACCELSTUDY_TEST_RAISE_OOM"  # "1": every rank raises OutOfMemoryError in step 1
 WARMUP_NOTE = "lr_scheduler constant ignores warm-up: the authors' warmup_ratio 0.03 had no effect"
 
@@ -61,6 +63,9 @@ class Meter(TrainerCallback):
             timeline.mark("measured")
 
     def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:  # what resume may trust: this run's own files
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            write_json(folder / DIGESTS, checkpoint_digests(folder))
         ranks.killed_at(state.global_step)  # the test hook: dies after this checkpoint
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -127,9 +132,16 @@ def checkpoint_dir(out: Path) -> Path:
     return out.with_name(out.name + ".checkpoints")
 
 
+def checkpoint_digests(folder: Path) -> dict[str, str]:
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != DIGESTS)
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in files}
+
+
 def last_checkpoint(directory: Path) -> Path | None:
-    """The newest complete checkpoint (the Trainer writes trainer_state.json last)."""
-    done = [state.parent for state in directory.glob("checkpoint-*/trainer_state.json")]
+    """The newest checkpoint whose files are the ones its run recorded (resume unpickles them:
+    DeepSpeed's torch.load(weights_only=False)); one changed or added since is not resumed."""
+    listed = [(d.parent, read_json(d)) for d in directory.glob(f"checkpoint-*/{DIGESTS}")]
+    done = [folder for folder, digests in listed if checkpoint_digests(folder) == digests]
     return max(done, key=lambda path: int(path.name.rpartition("-")[2]), default=None)
 
 

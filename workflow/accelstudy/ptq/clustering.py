@@ -69,6 +69,13 @@ def cluster(
             f"sensitivity table '{table}' covers layers {layers[:3]}..., but the model has "
             f"{n_layers} decoder layers; re-run the sensitivity stage for this model"
         )
+    if not np.isfinite(frame["score"]).all():  # NaN would rank as least sensitive (or as most)
+        unscored = frame.loc[~np.isfinite(frame["score"]), "name"].tolist()
+        raise SensitivityTableError(
+            f"sensitivity table '{table}' has no finite score for {unscored[:3]} "
+            f"({len(unscored)} of {len(frame)}): the pruned model's metric overflowed; "
+            "re-run the sensitivity stage (fewer calibration rows or float32)"
+        )
     scores = dict(zip(frame["name"], frame["score"], strict=True))
     assignment = assign_bits(scores, bits, method, remainder)
     # what the scores were measured with, so a quantized record says what its bits depend on

@@ -3,6 +3,7 @@ pruning layer l cannot change layers 0..l-1, so one unpruned pass keeps the hidd
 each layer to prune, and layer l reruns only layers l..L-1, the final norm and the LM head."""
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -196,7 +197,9 @@ def sensitivity_chunk(
     scanned = dict(zip(SCAN_KEYS, (granularity, family, sparsity, limit), strict=True))
     payload: dict[str, Any] = {"task": task, "metric": calibration.kind, "base": base, **scanned}
     payload |= {"chunk": chunk, "chunks": chunks, "n_targets": len(all_targets)}
-    payload |= {"prefix_reuse": prefix_reuse, "device": device.kind}
+    # shared by the systems of a study: which one made it (Snakemake's, through the environment)
+    system = os.environ.get("ACCELSTUDY_SYSTEM", "unknown")
+    payload |= {"prefix_reuse": prefix_reuse, "device": device.kind, "system": system}
     payload |= {"scores": [s.__dict__ for s in scores], **timing}
     write_json(out, payload)
     return payload

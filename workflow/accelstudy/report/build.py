@@ -7,7 +7,7 @@ from pathlib import Path
 from accelstudy import accounting
 from accelstudy.report import diffusion, finetune, ptq, recommend, timing, utilization
 from accelstudy.report.collect import collect_records, with_scheduler_figures
-from accelstudy.report.pages import write_pages, write_records
+from accelstudy.report.pages import NOTES, Section, write_pages, write_records
 
 
 def build_report(
@@ -15,23 +15,29 @@ def build_report(
     record_paths: Iterable[str | Path],
     results_dir: Path,
     *,
+    system: str | None = None,
     sensitivity: Iterable[str | Path] = (),
     assignments: Iterable[str | Path] = (),
     calibration: Mapping[str, int | None] | None = None,
     bit_lists: Sequence[Sequence[int]] = (),
 ) -> Path:
-    """The study report from records (with PTQ: sensitivity, assignments, ptq settings)."""
+    """The study report from records (with PTQ: sensitivity, assignments, ptq settings): its
+    sections from `system`'s records (default: all), every system's records in its tables."""
     results_dir, record_paths = Path(results_dir), list(record_paths)
-    records = collect_records(record_paths)  # sacct's figures: this site's own jobs
-    records = with_scheduler_figures(records, accounting.query(records["slurm_job"]))
-    write_records(records, results_dir / "tables")
+    every = collect_records(record_paths)  # sacct's figures: this site's own jobs
+    every = with_scheduler_figures(every, accounting.query(every["slurm_job"]))
+    write_records(every, results_dir / "tables")
+    records = every[every["system"] == system] if system else every
+    by_system = every.pivot_table("record", "system", "stage", "size", fill_value=0).reset_index()
+    measured = results_dir / system if system else results_dir
     sections = [
         *ptq.sections(records, results_dir, sensitivity, assignments, calibration, bit_lists),
         *finetune.sections(records, results_dir),
         *diffusion.sections(records, results_dir),
         *recommend.sections(records),
         *utilization.sections(records, results_dir / "tables"),
-        *timing.sections(record_paths, results_dir),
+        *timing.sections(records["record"], results_dir, measured),
+        Section("Records by system", NOTES["systems"].format(system=system), by_system),
     ]
     commits = ", ".join(sorted(records["git_commit"].unique()))
     intro = f"{len(records)} result records; code {commits}."

@@ -1,13 +1,13 @@
 """Records (one JSON per job) -> one tidy table: a row per record, its metrics as columns, with
 the scheduler's own figures beside the job's."""
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
 from accelstudy.accounting import ran_during
+from accelstudy.files import read_json
 
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
 RECORD_KEYS = ("study", "stage", "system", "device", "model", "task", "method")
@@ -25,6 +25,7 @@ def flatten(record: dict) -> dict:
     rank0 = (metrics.get("model_state_bytes") or [{}])[0]
     use = record.get("utilization") or {}
     resumed = metrics.get("clean_measurement") is False  # shown, but its speed is not clean
+    model, data = record["inputs"].get("model") or {}, record["inputs"].get("data") or {}
     row = {
         **{key: record[key] for key in RECORD_KEYS},
         "protocol": record.get("protocol", ""),
@@ -49,6 +50,9 @@ def flatten(record: dict) -> dict:
         "slurm_job": provenance.get("scheduler", {}).get("job_id", ""),
         "finished_at": provenance.get("finished_at", ""),
         **{key: provenance[key] for key in ("git_commit", "config_hash")},
+        # which revisions were measured: a table compares only what names the same ones
+        "model_revision": model.get("commit") or model.get("digest") or model.get("revision"),
+        "data_revision": data.get("revision") or data.get("digest") or data.get("prepared"),
         "device_name": provenance["hardware"].get("device_name", ""),
     }
     for key, value in metrics.items():
@@ -96,7 +100,7 @@ def with_scheduler_figures(records: pd.DataFrame, accounted: dict[str, dict]) ->
 def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per record, with its path (files written beside it, such as SR3 samples)."""
     paths = sorted(map(str, paths))
-    return pd.DataFrame([{**flatten(json.loads(Path(p).read_text())), "record": p} for p in paths])
+    return pd.DataFrame([{**flatten(read_json(p)), "record": p} for p in paths])
 
 
 def joined(values: Iterable[str]) -> str:

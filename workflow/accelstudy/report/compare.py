@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 
 from accelstudy.errors import StudyError
+from accelstudy.files import read_json
+from accelstudy.paths import SYSTEMS
 from accelstudy.records import SCHEMA_VERSION, validate_record
 from accelstudy.report import diffusion, finetune, ptq
 from accelstudy.report.collect import flatten, joined
@@ -65,9 +67,15 @@ def work(record: dict[str, Any]) -> dict[str, Any]:
     return {**top, **kept, **{k: v for k, v in inputs.items() if not k.endswith(".prepared")}}
 
 
+def holds_results(folder: Path) -> bool:
+    """A results/<study> folder: its stages' folders, per system (or at its top, as before)."""
+    roots = [folder, *(folder / system.stem for system in SYSTEMS.glob("*.yaml"))]
+    return any((root / stage).is_dir() for root in roots for stage in (*STAGES, "ptq"))
+
+
 def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:
     """(path, record) per record of `results/<study>` (other JSON files are skipped)."""
-    if not run.is_dir() or not any((run / stage).is_dir() for stage in (*STAGES, "ptq")):
+    if not run.is_dir() or not holds_results(run):
         raise CompareError(
             f"'{run}' is not a results directory: pass results/<study> folders of finished "
             "runs (holding baseline/, ptq/, finetune/ or diffusion/)"
@@ -76,7 +84,7 @@ def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:
     for path in sorted(run.rglob("*.json")):
         if path.name.startswith(".") or "logs" in path.relative_to(run).parts:
             continue
-        record = json.loads(path.read_text())
+        record = read_json(path)
         if not isinstance(record, dict) or "stage" not in record or "provenance" not in record:
             continue
         if (version := record.get("schema_version")) not in (SCHEMA_VERSION - 1, SCHEMA_VERSION):
@@ -215,16 +223,25 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
 def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None) -> Path:
     """Match the runs' records and write the comparative report under out; return index.html."""
     run_dirs = [Path(r) for r in runs]
-    if len(run_dirs) < 2:
-        raise CompareError("compare needs at least two results directories")
+    out = Path(out)
+    for folder in [out, *out.parents]:  # the comparison's tables must not replace a run's
+        if holds_results(folder) or folder.resolve() in [r.resolve() for r in run_dirs]:
+            raise CompareError(
+                f"--out '{out}' is inside the results of a study ('{folder}'), whose tables it "
+                "would overwrite; give a folder outside every results/<study>"
+            )
     records = load(run_dirs)
     systems = list(dict.fromkeys(records["system"]))
+    if len(systems) < 2:
+        raise CompareError(
+            f"the runs hold records of one system ({systems[0]}); compare needs two or more: "
+            "results/<study> folders of other sites, or a study run on another system too"
+        )
     reference = reference or systems[0]
     if reference not in systems:
         raise CompareError(f"--reference '{reference}' is none of the runs' systems {systems}")
     matched, left_out = split(records)
     ratio = ratios(matched, reference)
-    out = Path(out)
     write_records(records, out / "tables")
     write_csv(matched[PROVENANCE], out / "tables" / "matched.csv")
     write_csv(left_out, out / "tables" / "left_out.csv")

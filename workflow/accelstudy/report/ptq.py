@@ -1,7 +1,6 @@
 """Part 1 in the report: the FP32 baseline beside the published numbers, Table 1 (ours, then the
 published), Fig. 1 (per-target sensitivity) and quality against compression."""
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from accelstudy.files import read_json
 from accelstudy.paths import RESOURCES
 from accelstudy.points import bits_label
 from accelstudy.recipes import RECIPES
@@ -65,7 +65,7 @@ def collect_sensitivity(
     specs: dict[tuple[str, str], list[dict]] = {}
     for path in map(Path, assignments):
         key = (path.parents[3].name, path.parents[2].name)
-        specs.setdefault(key, []).append(json.loads(path.read_text()))
+        specs.setdefault(key, []).append(read_json(path))
     frames = []
     for path in map(Path, tables):
         model, task = path.parents[2].name, path.parents[1].name

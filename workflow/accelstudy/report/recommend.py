@@ -132,7 +132,8 @@ def recommend(model: str, system: str, configfile: Path, results: list[Path]) ->
     )
     config["finetune"]["models"] = [model]
     fits = pd.DataFrame(plan_sweep(config, load_system(system)))
-    paths = [p for run in results for p in Path(run).glob("finetune/**/*.json")]
+    found = [Path(run).glob(f"{root}finetune/**/*.json") for run in results for root in ("", "*/")]
+    paths = [p for paths in found for p in paths if ".checkpoints" not in str(p)]
     points = measured_points(collect_records(paths) if paths else pd.DataFrame())
     points = points[(points["model"] == model) & (points["system"] == system)]
     fit_map = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]

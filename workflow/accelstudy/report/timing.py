@@ -1,42 +1,44 @@
 """Where a study's time went: Snakemake's benchmark file of every job (wall, CPU time, peak RSS)
 beside each record's timeline (the start-up before its measured work, then the rest)."""
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
+from accelstudy.files import read_json
 from accelstudy.report.pages import NOTES, Section, write_csv
 
 RULE_OF_STAGE = {"quantized": "quantize"}  # else the stage's own name
 JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", "startup_s", "measured_s"]
 
 
-def benchmarks(results_dir: Path) -> pd.DataFrame:
-    """A row per benchmarks/<rule>[/<job>].tsv: the job's last run (Snakemake appends repeats)."""
+def benchmarks(*roots: Path) -> pd.DataFrame:
+    """A row per <root>/benchmarks/<rule>[/<job>].tsv (the study's shared rules, the system's
+    measuring rules): the job's last run (Snakemake appends repeats)."""
     rows = []
-    for path in sorted((results_dir / "benchmarks").rglob("*.tsv")):
-        rule, *job = path.relative_to(results_dir / "benchmarks").with_suffix("").parts
+    folders = [root / "benchmarks" for root in roots]
+    for path, folder in sorted((p, f) for f in folders for p in f.rglob("*.tsv")):
+        rule, *job = path.relative_to(folder).with_suffix("").parts
         last = pd.read_csv(path, sep="\t").iloc[-1]
         numbers = pd.to_numeric(last[["s", "cpu_time", "max_rss"]], errors="coerce")
         rows.append([rule, "/".join(job) or "-", *numbers])
     return pd.DataFrame(rows, columns=["rule", "job", "wall_s", "cpu_s", "max_rss_mib"])
 
 
-def timelines(record_paths: Iterable[str | Path], results_dir: Path) -> pd.DataFrame:
+def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFrame:
     """A row per record: seconds from its process start to its first measured step (start-up:
     interpreter, imports, model and data, warm-up), and from there to its record."""
     rows = []
     for path in map(Path, record_paths):
-        record = json.loads(path.read_text())
+        record = read_json(path)
         times = record["provenance"].get("timeline", {})
         if "end_s" not in times:
             continue  # a point that did not run, or a record from before timelines
         startup = times.get("measured_s", times.get("ready_s", times["end_s"]))
         rule = RULE_OF_STAGE.get(record["stage"], record["stage"])
-        try:  # results/<study>/<stage>/<job>.json, as the rules write them
-            inside = path.resolve().relative_to(results_dir.resolve())
+        try:  # results/<study>/<system>/<stage>/<job>.json, as the rules write them
+            inside = path.resolve().relative_to(measured.resolve())
             job = "/".join(inside.with_suffix("").parts[1:])
         except ValueError:  # a record from elsewhere: named by its path
             job = str(path.with_suffix(""))
@@ -45,12 +47,12 @@ def timelines(record_paths: Iterable[str | Path], results_dir: Path) -> pd.DataF
 
 
 def time_tables(
-    record_paths: Iterable[str | Path], results_dir: Path
+    record_paths: Iterable[str | Path], results_dir: Path, measured: Path
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per rule, per job): each job's benchmark beside its record's start-up and measured work;
     per rule the sums, each rule's share of all jobs' wall time and its start-up share."""
-    timed = timelines(record_paths, results_dir)
-    jobs = benchmarks(results_dir).merge(timed, on=["rule", "job"], how="outer")[JOB]
+    timed = timelines(record_paths, measured)
+    jobs = benchmarks(results_dir, measured).merge(timed, on=["rule", "job"], how="outer")[JOB]
     jobs = jobs.astype({column: float for column in JOB[2:]})
     # per rule: the peak RSS, the other figures' sums (blank where no job has the figure)
     how = {c: (c, "max" if c == "max_rss_mib" else lambda s: s.sum(min_count=1)) for c in JOB[2:]}
@@ -66,12 +68,14 @@ def _percent(share: float) -> str:
     return "-" if pd.isna(share) or share == 0 else f"{share:.0%}"
 
 
-def sections(record_paths: Iterable[str | Path], results_dir: Path) -> list[Section]:
+def sections(
+    record_paths: Iterable[str | Path], results_dir: Path, measured: Path
+) -> list[Section]:
     """Where the time went, per rule and per job (tables/time_rules.csv, time_jobs.csv), in a
     study Snakemake ran (its jobs' benchmark files are there)."""
     if not (results_dir / "benchmarks").is_dir():
         return []
-    rules, jobs = time_tables(record_paths, results_dir)
+    rules, jobs = time_tables(record_paths, results_dir, measured)
     write_csv(rules, results_dir / "tables" / "time_rules.csv")
     write_csv(jobs, results_dir / "tables" / "time_jobs.csv")
     return [
