@@ -134,7 +134,15 @@ def dry_run(tmp_path, *args: str) -> subprocess.CompletedProcess:
     ("args", "expected"),
     [  # (command line, what the plan must show)
         # on top of the default study
-        (["--config", "system=cpu-bf16", 'diffusion={"dtype": "bfloat16"}'], "cpu-bf16"),
+        (
+            [
+                "--config",
+                "system=cpu-bf16",
+                'evaluation={"dtype": "bfloat16"}',
+                'diffusion={"dtype": "bfloat16"}',
+            ],
+            "cpu-bf16",
+        ),
         (["--config", 'finetune={"cards": [1], "max_steps": 2}'], "max_steps"),
         (["--configfile", "study.yaml"], "models/only"),  # replaces the default study
     ],

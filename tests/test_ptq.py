@@ -8,7 +8,8 @@ import json
 import pandas as pd
 import pytest
 import torch
-from accelstudy.config import ConfigError, validate_config
+from accelstudy.config import validate_config
+from accelstudy.errors import ConfigError
 from accelstudy.ptq import SensitivityTableError
 from accelstudy.ptq.clustering import assign_bits, cluster, cluster_ranks, percentile_groups
 from accelstudy.ptq.prune import magnitude_threshold, pruned, targets

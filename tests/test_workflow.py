@@ -45,8 +45,8 @@ def test_records_have_real_values(study, cpu):
     # a random model over a vocabulary of ~512 is close to uniform: perplexity near |V|
     assert 300 < wiki["metrics"]["perplexity"] < 800
     # the job's number is what the evaluator gives on the prepared model and data
-    model, tokenizer = load_prepared(base / "models" / "tiny")
-    rows = read_prepared(base / "data" / "hellaswag" / "validation.jsonl")
+    model, tokenizer = load_prepared(base.parent / "models" / "tiny")  # shared by the systems
+    rows = read_prepared(base.parent / "data" / "hellaswag" / "validation.jsonl")
     settings = records["tiny/hellaswag/lm-eval.json"]["parameters"]["settings"]
     again, _ = evaluate_task(model, tokenizer, "hellaswag", "lm-eval", rows, settings, cpu, 12)
     assert records["tiny/hellaswag/lm-eval.json"]["metrics"]["acc_norm"] == again["acc_norm"]
@@ -238,6 +238,8 @@ def compared(study, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("second-system")
     results = workdir / "results" / "tiny"
     shutil.copytree(study / "results" / "tiny", results, symlinks=True)
+    # and Snakemake's record of what made them, as in a folder the first run left
+    shutil.copytree(study / ".snakemake" / "metadata", workdir / ".snakemake" / "metadata")
     first = {p: p.read_bytes() for p in (results / "cpu").rglob("*.json")}
     config = json.loads(json.dumps(TINY_CONFIG))
     config["system"] = "cpu-bf16"

@@ -30,7 +30,8 @@ def schema_error(errors: Sequence[ValidationError], where: str = "config key") -
     """A schema's errors as one line: the deepest names the most specific key."""
     error = max(errors, key=lambda e: len(list(e.absolute_path)))
     key = ".".join(str(p) for p in error.absolute_path) or "<top level>"
-    kind, why, value = error.validator, error.message, error.instance
+    kind, why = error.validator, error.message
+    value: Any = error.instance
     schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
     if kind == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))

@@ -127,8 +127,8 @@ def check_site(
         environ[ACCOUNT_ENV] = str(config["account"])  # which the profiles read
     export_scheduler_defaults(system, environ)
     check_scheduler(system, defaults)
+    check_variables(system, defaults, per_rule, environ)  # a value that could run: first
     check_account(system, defaults, environ)
-    check_variables(system, defaults, per_rule, environ)
     check_cards(system, per_rule)
 
 

@@ -19,7 +19,7 @@ except StudyError as error:
 
 export_for_jobs(os.environ)
 # what made a shared output (the sensitivity)
-os.environ["ACCELSTUDY_SYSTEM"] = SYSTEM.name
+os.environ.update(ACCELSTUDY_SYSTEM=SYSTEM.name)
 # results, logs and the directories Snakemake makes: never group- or world-writable
 os.umask(os.umask(0o022) | 0o022)
 STUDY = StudyTargets(config, SYSTEM)

@@ -37,8 +37,10 @@ def build_report(
         *recommend.sections(records),
         *utilization.sections(records, results_dir / "tables"),
         *timing.sections(records["record"], results_dir, measured),
-        Section("Records by system", NOTES["systems"].format(system=system), by_system),
     ]
+    if len(by_system) > 1:  # the study holds other systems' records too
+        note = NOTES["systems"].format(system=system)
+        sections.append(Section("Records by system", note, by_system))
     commits = ", ".join(sorted(records["git_commit"].unique()))
     intro = f"{len(records)} result records; code {commits}."
     return write_pages(f"accelstudy report: {study}", intro, sections, results_dir / "report")

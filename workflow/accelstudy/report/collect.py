@@ -25,7 +25,8 @@ def flatten(record: dict) -> dict:
     rank0 = (metrics.get("model_state_bytes") or [{}])[0]
     use = record.get("utilization") or {}
     resumed = metrics.get("clean_measurement") is False  # shown, but its speed is not clean
-    model, data = record["inputs"].get("model") or {}, record["inputs"].get("data") or {}
+    inputs = record.get("inputs") or {}  # none before schema version 2
+    model, data = inputs.get("model") or {}, inputs.get("data") or {}
     row = {
         **{key: record[key] for key in RECORD_KEYS},
         "protocol": record.get("protocol", ""),

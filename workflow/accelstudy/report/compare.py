@@ -64,7 +64,8 @@ def work(record: dict[str, Any]) -> dict[str, Any]:
     skip = tuple(f"{name}." for name in NOT_WORK)
     kept = {k: v for k, v in _flat(record["parameters"]).items() if not f"{k}.".startswith(skip)}
     inputs = _flat(record["inputs"], "inputs.")  # the revisions and digests, not the rows' digest
-    return {**top, **kept, **{k: v for k, v in inputs.items() if not k.endswith(".prepared")}}
+    named = {k: v for k, v in inputs.items() if not k.endswith((".prepared", ".file"))}  # digests
+    return {**top, **kept, **named}
 
 
 def holds_results(folder: Path) -> bool:
