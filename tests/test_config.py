@@ -156,7 +156,10 @@ def test_config_on_the_command_line_as_snakemake_users_expect(tmp_path, args, ex
     plan = result.stdout
     if args[0] == "--configfile":
         assert "models/only" in plan and "smollm" not in plan  # no merge with the default
-    elif "system=" in args[1]:
+        assert "localrule prepare_model:" in plan  # a tiny random model: beside Snakemake
+    else:  # the default study's GGUF is dequantized by a batch job, not on a login node
+        assert "\nrule convert_gguf:" in plan and "localrule convert_gguf" not in plan
+    if "system=" in args[1]:
         assert "--system cpu-bf16" in plan and "smollm" in plan
-    else:
+    elif args[0] != "--configfile":
         assert '\\"max_steps\\": 2' in plan or '"max_steps": 2' in plan

@@ -112,6 +112,11 @@ class StudyTargets:
         this = Path(self.results).resolve() in [run.resolve() for run in runs]
         return sorted(files) + ([f"{self.results}/report/index.html"] if this else [])
 
+    def model_pattern(self, gguf: bool) -> str:
+        """The models whose source is (or is not) a GGUF to convert: those run as batch jobs."""
+        names = [m for m in self.models if (self.config["models"][m]["source"] == "gguf") == gguf]
+        return "|".join(map(re.escape, names)) or "(?!)"  # none: matches no name
+
     # per-job lookups ---------------------------------------------------------------------------
     def model_spec(self, w: Any) -> str:
         return json.dumps(self.config["models"][w.model], sort_keys=True)

@@ -6,6 +6,8 @@ rule prepare_model:
         f"{RESULTS}/logs/prepare_model/{{model}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/prepare_model/{{model}}.tsv"
+    wildcard_constraints:
+        model=STUDY.model_pattern(gguf=False),
     conda:
         CONDA_ENV
     threads: 2
@@ -17,6 +19,13 @@ rule prepare_model:
     shell:
         "OMP_NUM_THREADS={threads} accelstudy prepare-model --spec {params.spec:q} "
         "--seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
+
+
+# A GGUF is dequantized to safetensors as a batch job under a site profile (a large model needs
+# a node's memory for it), not on the login node beside Snakemake as the other sources are.
+use rule prepare_model as convert_gguf with:
+    wildcard_constraints:
+        model=STUDY.model_pattern(gguf=True),
 
 
 rule prepare_data:
