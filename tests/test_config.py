@@ -156,9 +156,9 @@ def test_config_on_the_command_line_as_snakemake_users_expect(tmp_path, args, ex
     plan = result.stdout
     if args[0] == "--configfile":
         assert "models/only" in plan and "smollm" not in plan  # no merge with the default
-        assert "localrule prepare_model:" in plan  # a tiny random model: beside Snakemake
-    else:  # the default study's GGUF is dequantized by a batch job, not on a login node
-        assert "\nrule convert_gguf:" in plan and "localrule convert_gguf" not in plan
+        assert "\nrule prepare_model:" in plan  # a tiny random model
+    else:  # the default study's GGUF (a batch job under a profile: tests/test_profiles.py)
+        assert "\nrule convert_gguf:" in plan and "\nrule prepare_model:" not in plan
     if "system=" in args[1]:
         assert "--system cpu-bf16" in plan and "smollm" in plan
     elif args[0] != "--configfile":

@@ -130,7 +130,7 @@ def test_the_readme_counts_the_bad_inputs_tried():
     import sys
 
     suites = ["tests/test_bad_inputs.py", "tests/test_injection.py"]
-    collected = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "--collect-only", "-q", *suites],
+    collected = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "--collect-only", "-q", *suites],
                                cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
     count = int(re.search(r"(\d+) tests? collected", collected.stdout)[1])
     assert f"The tests try {count}\nbad inputs" in README.read_text()

@@ -393,3 +393,15 @@ def test_own_study_file_keeps_the_site(tmp_path):
     assert "--gpus=1" in sbatch_line(
         next(j for j in planned_jobs(result.stdout) if j.name == "baseline")
     )
+
+
+def test_a_gguf_is_converted_by_a_batch_job(tmp_path):
+    """Dequantizing a GGUF needs a node's memory for a large model: under a SLURM profile it is
+    submitted, while the other preparations stay beside Snakemake (common.smk's localrules)."""
+    gguf = 'models={"tiny": {"source": "gguf", "gguf_file": "embedded"}}'
+    result = dry_run(tmp_path, "slurm-test", "--config", gguf)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "\nrule convert_gguf:" in result.stdout and "\nrule prepare_model:" not in result.stdout
+    common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    local = common.split("localrules:", 1)[1].split("\n\n", 1)[0].replace(",", " ").split()
+    assert "prepare_model" in local and "convert_gguf" not in local
