@@ -73,10 +73,28 @@ def test_another_hosts_or_a_hand_started_lock_stays(tmp_path, host, says):
     assert (locks / "0.output.lock").is_file()
 
 
-def test_a_run_notes_its_host_and_process_then_becomes_the_command(tmp_path):
-    """The owner's pid is the command's own: `accelstudy snakemake` execs it."""
-    command = [sys.executable, "-c", "import os; print(os.getpid())"]
+def test_a_run_notes_its_host_and_process_while_it_runs(tmp_path):
+    """The owner noted is the process running the command (its parent), on this host; once
+    the command has ended the note goes, so a later hand-started run's lock is not ours."""
+    show = "import os, pathlib; print(os.getppid()); print(pathlib.Path(%r).read_text())"
+    command = [sys.executable, "-c", show % str(OWNER)]
     done = subprocess.run([sys.executable, "-m", "accelstudy", "snakemake", *command],
                           cwd=tmp_path, capture_output=True, text=True, check=True)  # fmt: skip
-    owner = json.loads((tmp_path / OWNER).read_text())
-    assert owner["host"] == platform.node() and owner["pid"] == int(done.stdout)
+    parent, noted = done.stdout.split("\n", 1)
+    owner = json.loads(noted)
+    assert owner["host"] == platform.node() and owner["pid"] == int(parent)
+    assert not (tmp_path / OWNER).exists()
+    failing = subprocess.run([sys.executable, "-m", "accelstudy", "snakemake", "false"],
+                             cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert failing.returncode == 1 and not (tmp_path / OWNER).exists()
+
+
+def test_a_snakemake_left_running_by_a_killed_owner_keeps_its_lock(running):
+    """The noted process is gone (killed outright), but its Snakemake still works here."""
+    workdir, pid = running
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    locks = _lock(workdir, platform.node(), int(dead.stdout))
+    with pytest.raises(LockHeldError, match=f"Snakemake \\(pid {pid}\\) is running in"):
+        unlock_if_stale(workdir)
+    assert locks.is_dir()

@@ -39,7 +39,8 @@ def _where_report(configfile: Path) -> None:
 def _run_snakemake(argv: list[str]) -> None:
     from accelstudy.locks import run_snakemake
 
-    run_snakemake(Path.cwd(), argv)
+    if code := run_snakemake(Path.cwd(), argv):
+        raise SystemExit(code)
 
 
 def _probe(threads: list[int]) -> None:

@@ -1,18 +1,20 @@
 """`make study` and Snakemake's lock: a killed run leaves `.snakemake/locks/` ("Directory cannot
 be locked" on the next run). Snakemake's lock files name no host, so each run `make study`
-starts notes its host and process beside them, and only a lock whose noted process is gone
-from this host is removed; any other lock (another host's run on a shared filesystem, a run
-started by hand) stays, with one line naming its owner."""
+starts notes its host and process beside them for as long as it runs, and only a lock whose
+noted process is gone from this host is removed; any other lock (another host's run on a
+shared filesystem, a run started by hand) stays, with one line naming its owner."""
 
 import json
 import os
 import platform
 import shutil
+import subprocess
 from pathlib import Path
 
 import psutil
 
 from accelstudy.errors import StudyError
+from accelstudy.files import read_json
 
 OWNER = Path(".snakemake") / "accelstudy-owner.json"  # beside locks/: Snakemake reads *.lock
 
@@ -28,7 +30,7 @@ def unlock_if_stale(directory: Path) -> str:
     if not any(locks.glob("*.lock")):
         return ""
     owner_file = Path(directory) / OWNER
-    owner = json.loads(owner_file.read_text()) if owner_file.is_file() else {}
+    owner = read_json(owner_file) if owner_file.is_file() else {}
     host, pid = owner.get("host"), owner.get("pid")
     if host != platform.node() or not isinstance(pid, int):
         who = f"process {pid} on host {host}" if host else "a Snakemake not started by make"
@@ -36,33 +38,59 @@ def unlock_if_stale(directory: Path) -> str:
             f"{directory} is locked by {who}: wait for it, or, once sure it has stopped, run "
             "`snakemake --unlock` there, then `make study` again"
         )
-    if _is_snakemake(pid):
+    # the noted process, or a Snakemake it left running here (its owner killed outright)
+    if alive := [pid] if _is_snakemake(pid) else _snakemakes_in(Path(directory)):
         raise LockHeldError(
-            f"Snakemake (pid {pid}) is running in {directory}: wait for it, or stop it, then run "
-            f"`make study` again (check with `ps -fp {pid}`)"
+            f"Snakemake (pid {alive[0]}) is running in {directory}: wait for it, or stop it, then "
+            f"run `make study` again (check with `ps -fp {alive[0]}`)"
         )
     shutil.rmtree(locks)
     return f"Removed the lock of a killed run in {directory} (process {pid} on {host} is gone).\n"
 
 
+def _named(cmdline: list[str]) -> bool:
+    return any(Path(arg).name == "snakemake" for arg in cmdline[:3])
+
+
+def _snakemakes_in(directory: Path) -> list[int]:
+    """This host's Snakemake processes working in `directory` (or whose directory is hidden)."""
+    here, found = directory.resolve(), []
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        pid, cwd = proc.info["pid"], proc.info["cwd"]
+        here_too = cwd is None or Path(cwd).resolve() == here
+        if _named(proc.info["cmdline"] or []) and pid != os.getpid() and here_too:
+            found.append(pid)
+    return found
+
+
 def _is_snakemake(pid: int) -> bool:
-    """`snakemake ...`, `python .../bin/snakemake ...` or `python -m snakemake ...` (a reused pid
-    is not the run)."""
+    """`snakemake ...`, `python -m snakemake ...`, or `accelstudy snakemake ...` (the owner noted
+    while its Snakemake runs); a reused pid is not the run."""
     try:
-        return any(Path(arg).name == "snakemake" for arg in psutil.Process(pid).cmdline()[:3])
+        return _named(psutil.Process(pid).cmdline())
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:  # another user's process: assume the worst
         return True
 
 
-def run_snakemake(directory: Path, command: list[str]) -> None:
-    """unlock_if_stale, note this process (its pid is Snakemake's after exec) as the lock's
-    owner, then become `command`."""
+def run_snakemake(directory: Path, command: list[str]) -> int:
+    """unlock_if_stale, then run `command` with this process noted as the lock's owner for as
+    long as it runs: once it has ended the note goes, so a lock a later run takes (by hand, or
+    from another host) is never taken for this one's."""
     if not command:
         raise StudyError("give the command to run: accelstudy snakemake snakemake --cores 2 ...")
     print(unlock_if_stale(directory), end="", flush=True)
-    (Path(directory) / OWNER).parent.mkdir(exist_ok=True)
+    owner_file = Path(directory) / OWNER
+    owner_file.parent.mkdir(exist_ok=True)
     owner = {"host": platform.node(), "pid": os.getpid(), "command": command}
-    (Path(directory) / OWNER).write_text(json.dumps(owner) + "\n")
-    os.execvp(command[0], command)
+    owner_file.write_text(json.dumps(owner) + "\n")
+    try:
+        run = subprocess.Popen(command)
+        while True:
+            try:  # Ctrl-C reaches Snakemake too (one process group): let it finish cleanly
+                return run.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        owner_file.unlink(missing_ok=True)
