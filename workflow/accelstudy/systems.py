@@ -1,6 +1,7 @@
 """A machine as its system file describes it (config/systems/<name>.yaml): device kind,
 cards per node, nodes, dtypes, launcher and scheduler, and the checks a sweep must pass."""
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -85,8 +86,14 @@ def load_system(name: str) -> System:
     return System(**{**spec, **lists, "energy": tuple(spec.get("energy") or ())})
 
 
+@functools.cache
+def _validator() -> jsonschema.Draft202012Validator:
+    """system.schema.yaml, read once per process (every job and plan loads its system)."""
+    schema = yaml.safe_load((SCHEMAS / "system.schema.yaml").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
 def check_system(spec: Any, where: str) -> None:
     """Types, minimums (no zero cards, cores or memory to divide by), enums, no unknown key."""
-    schema = yaml.safe_load((SCHEMAS / "system.schema.yaml").read_text())
-    if errors := list(jsonschema.Draft202012Validator(schema).iter_errors(spec)):
+    if errors := list(_validator().iter_errors(spec)):
         raise schema_error(errors, where)

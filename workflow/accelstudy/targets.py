@@ -10,7 +10,7 @@ from typing import Any
 
 from accelstudy import points
 from accelstudy.options import node
-from accelstudy.paths import SYSTEMS
+from accelstudy.paths import record_files, system_folders
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
@@ -95,14 +95,9 @@ class StudyTargets:
         return evaluations + self.finetune_records() + self.diffusion_records()
 
     def other_systems_records(self) -> list[str]:
-        """Records another system's run of this study left (config/systems names), which the
-        report lists beside this system's."""
-        found = []
-        for root in sorted(Path(self.results).glob("*/")):
-            if root.name != self.system.name and (SYSTEMS / f"{root.name}.yaml").is_file():
-                stages = [root / stage for stage in ("baseline", "ptq", "finetune", "diffusion")]
-                found += [p for stage in stages for p in stage.rglob("*.json")]
-        return sorted(str(p) for p in found if not any(".checkpoints" in d for d in p.parts))
+        """Records another system's run of this study left, which the report lists too."""
+        others = [d for d in system_folders(Path(self.results)) if d.name != self.system.name]
+        return [str(p) for folder in others for p in record_files(folder)]
 
     def compare_inputs(self) -> list[str]:
         """Every JSON of the runs to compare (`compare` tells records), and this study's report

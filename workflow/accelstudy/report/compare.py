@@ -12,7 +12,7 @@ import pandas as pd
 
 from accelstudy.errors import StudyError
 from accelstudy.files import read_json
-from accelstudy.paths import SYSTEMS
+from accelstudy.paths import MEASURING_FOLDERS, system_folders
 from accelstudy.records import SCHEMA_VERSION, validate_record
 from accelstudy.report import diffusion, finetune, ptq
 from accelstudy.report.collect import flatten, joined
@@ -70,8 +70,8 @@ def work(record: dict[str, Any]) -> dict[str, Any]:
 
 def holds_results(folder: Path) -> bool:
     """A results/<study> folder: its stages' folders, per system (or at its top, as before)."""
-    roots = [folder, *(folder / system.stem for system in SYSTEMS.glob("*.yaml"))]
-    return any((root / stage).is_dir() for root in roots for stage in (*STAGES, "ptq"))
+    roots = [folder, *system_folders(folder)]
+    return any((root / stage).is_dir() for root in roots for stage in MEASURING_FOLDERS)
 
 
 def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:

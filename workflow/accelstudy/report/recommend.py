@@ -11,6 +11,7 @@ import yaml
 from accelstudy.config import validate_config
 from accelstudy.errors import require
 from accelstudy.finetune.planner import plan_sweep
+from accelstudy.paths import record_files, system_folders
 from accelstudy.report.agreement import AGREEMENT_COLUMNS, agreement, flagged_records
 from accelstudy.report.collect import collect_records
 from accelstudy.report.pages import NOTES, Section
@@ -132,8 +133,8 @@ def recommend(model: str, system: str, configfile: Path, results: list[Path]) ->
     )
     config["finetune"]["models"] = [model]
     fits = pd.DataFrame(plan_sweep(config, load_system(system)))
-    found = [Path(run).glob(f"{root}finetune/**/*.json") for run in results for root in ("", "*/")]
-    paths = [p for paths in found for p in paths if ".checkpoints" not in str(p)]
+    roots = [root for run in map(Path, results) for root in [run, *system_folders(run)]]
+    paths = [p for root in roots for p in record_files(root, ("finetune",))]
     points = measured_points(collect_records(paths) if paths else pd.DataFrame())
     points = points[(points["model"] == model) & (points["system"] == system)]
     fit_map = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]
