@@ -4,6 +4,7 @@ The rules name their own files (environments, captions)."""
 
 import json
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -172,8 +173,8 @@ class StudyTargets:
         """The fp8 recipe's own options (other recipes take none: a change re-runs only fp8)."""
         if w.recipe != "fp8":
             return ""
-        ptq = self.ptq
-        return f"--fp8-format {ptq['fp8_format']} --fp8-without-hpu {ptq['fp8_without_hpu']}"
+        values = (self.ptq["fp8_format"], self.ptq["fp8_without_hpu"])  # enums, quoted all the same
+        return "--fp8-format {} --fp8-without-hpu {}".format(*map(shlex.quote, values))
 
     def finetune_point(self, w: Any) -> str:
         """The point as the worker reads it: only the finetune keys a point depends on."""
