@@ -47,8 +47,7 @@ def main() -> int:
             cli = ["--point", point(sweep, devices, iterations).to_json()]
             cli += ["--data", str(folder / "pairs.npz"), "--samples", str(folder / "panel.npz")]
             job = PointJob.from_flags(study="bench", system="cpu", threads=args.threads, out=out)
-            result = job.launch(devices, WORKER, cli)
-            rates[devices] = result["metrics"]
+            rates[devices] = job.launch(devices, WORKER, cli)
     print(f"FP32 GEMM probe ({args.threads} threads): {peak / 1e9:.1f} GFLOP/s")
     for devices, m in rates.items():
         flops = m["achieved_flops_per_s"]

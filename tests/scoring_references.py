@@ -2,7 +2,7 @@
 
 import torch
 import torch.nn.functional as F
-from accelstudy.evaluate.scoring import Score, _score, pad_right, score_shared_contexts
+from accelstudy.evaluate.multiple_choice import Score, _score, pad_right, score_shared_contexts
 from torch import nn
 
 

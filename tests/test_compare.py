@@ -130,7 +130,7 @@ def test_the_report_traces_every_number(runs, tmp_path):
     assert matched["git_commit"].notna().all() and matched["versions"].str.contains("torch").all()
     assert len(pd.read_csv(tables / "left_out.csv")) == 4
     assert "Ratios against a" in index.read_text()
-    assert "limit: 10 here, 12 there" in (tmp_path / "cmp" / "report.md").read_text()
+    assert "limit: 10 here, 12 there" in (tmp_path / "cmp" / "report" / "report.md").read_text()
 
 
 def test_not_a_results_directory(tmp_path):

@@ -61,7 +61,7 @@ def test_lora_training_flops_equal_torch_counts(tiny):
 
 def test_eval_meter_counts_the_flops_of_the_rows_it_ran(tiny):
     from accelstudy.device import Device
-    from accelstudy.evaluate.meters import Meter
+    from accelstudy.evaluate import Meter
 
     model, _ = tiny
     config = model.config.to_dict()

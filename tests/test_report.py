@@ -351,7 +351,7 @@ def test_tradeoff_points_keep_the_published_model_apart(study):
     records = collect_records(inputs["record_paths"])
     points = tradeoff_points(records, load_published())
     assert set(points["task"]) == {"wikitext", "boolq"}  # the tasks PTQ ran on
-    ours = points[points["panel"] == "ours: m (stand-in data)"]
+    ours = points[points["panel"] == "ours on cpu: m (stand-in data)"]
     fp32 = ours[(ours["task"] == "boolq") & (ours["bit list"] == "FP32")]
     assert fp32[["compression", "value"]].values.tolist() == [[1.0, 62.5]]
     assert len(ours) == 2 * (1 + 3 * 2)  # FP32 + 3 bit lists x 2 recipes, per task

@@ -282,10 +282,11 @@ def test_two_systems_compared_part_by_part(compared):
     assert set(wikitext["reason"]) == {"bits: [8, 4] here, [16, 8, 4] there"}  # the nearest point
     matched = pd.read_csv(compared / "tables" / "matched.csv")
     assert matched["record"].map(lambda p: Path(p).is_file()).all()
-    report = (compared / "report.md").read_text()
-    for title in ("Table 1 by system", "Fig. 2 across systems", "Fig. 3 across systems"):
+    report = (compared / "report" / "report.md").read_text()
+    for title in ("Table 1, ours", "Fig. 2a", "Fig. 3", "SR3 samples"):
         assert title in report
-    assert all((compared / "figures" / f).stat().st_size > 0 for f in (
+    assert "cpu: FP32" in report and "cpu-bf16: BF16 baseline" in report  # Table 1 by system
+    assert all((compared / "report" / "figures" / f).stat().st_size > 0 for f in (
         "tradeoff.png", "finetune_scaling.png", "diffusion_scaling.png"))  # fmt: skip
 
 

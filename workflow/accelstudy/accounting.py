@@ -3,10 +3,10 @@ and, where the site's accounting gathers it, the job's ConsumedEnergy. They exis
 job has ended, so the report collects them; the records keep the in-job measurements. Parsed
 as SLURM 22.05 writes them (tests/slurm/sacct: captured with slurmdbd, the energy plugin on)."""
 
-import datetime as dt
 import shutil
 import subprocess
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 # not JobName: --parsable2 does not escape a "|" in it
@@ -16,9 +16,8 @@ NO_VALUE = 2**63  # SLURM's "no value" markers (NO_VAL64 and kin) lie above it
 
 
 def parse(text: str) -> dict[str, dict[str, Any]]:
-    """Per job, its allocation's row: state, elapsed seconds and joules (None: not gathered).
-    A job's energy is its allocation's, not the sum of its steps (the steps overlap); a job
-    without an extern step may leave the allocation's blank: then its largest step's."""
+    """Per job, its allocation's row: state, elapsed seconds and joules (None: not gathered): the
+    allocation's, not its overlapping steps' sum; if blank (no extern step), its largest step's."""
     lines = text.strip().splitlines()
     header = lines[0].split("|") if lines else []
     jobs: dict[str, dict[str, Any]] = {}
@@ -57,9 +56,7 @@ def ran_during(job: dict[str, Any], finished_at: str) -> bool:
     """Whether a record written at `finished_at` (UTC) came from this job, as sacct's local
     Start and End say (a job id from another cluster, or reused, does not match)."""
     try:
-        start, end = (
-            dt.datetime.fromisoformat(job[k]).astimezone(dt.UTC) for k in ("start", "end")
-        )
-        return start <= dt.datetime.fromisoformat(finished_at) <= end + dt.timedelta(seconds=1)
+        start, end = (datetime.fromisoformat(job[k]).astimezone(UTC) for k in ("start", "end"))
+        return start <= datetime.fromisoformat(finished_at) <= end + timedelta(seconds=1)
     except (KeyError, ValueError, TypeError):  # "Unknown" (running), or no time recorded
         return False

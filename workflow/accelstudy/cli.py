@@ -1,9 +1,9 @@
 """`accelstudy <stage> ...`: one subcommand per pipeline stage, as the Snakemake rules call them."""
 
 import argparse
-import importlib
 import json
 import logging
+import pkgutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -116,10 +116,9 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "sensitivity": ("pruning sensitivity of one chunk of targets",
         "ptq.sensitivity:sensitivity_chunk",
         ["model-dir", "task", ("data", {"help": "the calibration split"}), "limit", "settings",
-         ("granularity", "ptq.granularity"), ("family", "ptq.family"),
-         ("sparsity", "ptq.sparsity"), ("chunks", "ptq.chunks"),
-         ("chunk", {"type": int, "required": True}), ("prefix-reuse", "ptq.prefix_reuse"),
-         ("device", {"choices": None}), "out"]),
+         ("granularity", "ptq.granularity"), ("family", "ptq.family"), ("sparsity", "ptq.sparsity"),
+         ("chunks", "ptq.chunks"), ("chunk", {"type": int, "required": True}),
+         ("prefix-reuse", "ptq.prefix_reuse"), ("device", {"choices": None}), "out"]),
     "gather-sensitivity": ("chunks -> one sensitivity table", "ptq.clustering:gather_sensitivity",
         [("chunks", {"type": Path, "nargs": "+", "required": True}), "out"]),
     "cluster": ("sensitivity table -> layer-to-bits map", "ptq.clustering:cluster",
@@ -139,9 +138,9 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         ["study", "system", "model-name", "data-source", "model-dir",
          ("point", {"type": FinetunePoint.from_json, "help": "the point (finetune keys)"}),
          "threads", "device", "out"]),
-    "probe": ("measure this CPU's GEMM FLOP/s per dtype (its peak, cached); run it alone",
-        _probe, [("threads", {"type": int, "nargs": "*", "default": [],
-                              "help": "thread counts (default: 1 and every core)"})]),
+    "probe": ("measure this CPU's GEMM FLOP/s per dtype (its peak, cached); run it alone", _probe,
+        [("threads", {"type": int, "nargs": "*", "default": [],
+                      "help": "thread counts (default: 1 and every core)"})]),
     "plan-memory": ("predict a point's per-card peak memory", _plan_memory,
         [("model", {"required": True, "help": "a model directory or resources/models name"}),
          ("strategy", {"required": True, "choices": ["ddp", "zero3", "fsdp"]}),
@@ -205,8 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     target = COMMANDS[args.command][1]
     try:
         if isinstance(target, str):
-            module, _, name = target.partition(":")
-            target = getattr(importlib.import_module(f"accelstudy.{module}"), name)
+            target = pkgutil.resolve_name(f"accelstudy.{target}")
         target(**options)
     except StudyError as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)

@@ -14,9 +14,6 @@ from accelstudy.errors import require, schema_error
 from accelstudy.options import schema
 from accelstudy.tasks import TASKS
 
-MODEL_SOURCE_KEYS = {"hf": "id", "local": "path", "gguf": "gguf_file"}
-LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-
 
 def _with_defaults(validator_class: Any) -> Any:
     """A jsonschema validator that fills in `default` values while validating."""
@@ -35,8 +32,7 @@ def _with_defaults(validator_class: Any) -> Any:
 def _coerce(value: Any, node: dict[str, Any], defs: dict[str, Any]) -> Any:
     """`--config` values nested in a mapping arrive as strings ('8'); read them as the schema's
     numbers, booleans and nulls, so they mean what they would in the YAML."""
-    if "$ref" in node:
-        node = defs[node["$ref"].rsplit("/", 1)[1]]
+    node = defs[node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
     if isinstance(value, dict):
         props, rest = node.get("properties", {}), node.get("additionalProperties")
         rest = rest if isinstance(rest, dict) else {}
@@ -61,8 +57,7 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
     schema_ = schema()
     config.update(_coerce(config, schema_, schema_.get("$defs", {})))
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema_)
-    errors = list(validator.iter_errors(config))
-    if errors:  # the deepest error names the most specific key
+    if errors := list(validator.iter_errors(config)):
         raise schema_error(errors)
     base = base_dir or Path.cwd()
     for name, model in config["models"].items():
@@ -92,7 +87,7 @@ def _check_ptq(config: dict[str, Any]) -> None:
 
 def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
     source, key = model["source"], f"models.{name}"
-    needed = MODEL_SOURCE_KEYS.get(source)
+    needed = {"hf": "id", "local": "path", "gguf": "gguf_file"}.get(source)
     require(not needed or needed in model, f"{key}.{needed}", f"required when source is '{source}'")
     if source == "local":
         path = model["path"]
@@ -110,17 +105,18 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
 
 def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
     spec = TASKS[name]
-    defaults = {"dataset": spec.dataset, "name": spec.config, "eval_split": spec.eval_split}
-    for key, value in defaults.items():
-        task.setdefault(key, value)
+    task.setdefault("dataset", spec.dataset)
+    task.setdefault("name", spec.config)
+    task.setdefault("eval_split", spec.eval_split)
     if task["source"] != "local":
         return
     files, split = task.get("files") or {}, task["eval_split"]
     problem = "required for source 'local' (the evaluation split's file)"
     require(split in files, f"tasks.{name}.files.{split}", problem)
+    suffixes = (".jsonl", ".json", ".parquet", ".csv")
     for split, file in files.items():
         path, key = base / file, f"tasks.{name}.files.{split}"
-        require(path.suffix in LOCAL_SUFFIXES, key, f"'{file}' must end in one of {LOCAL_SUFFIXES}")
+        require(path.suffix in suffixes, key, f"'{file}' must end in one of {suffixes}")
         require(path.is_file(), key, f"file '{file}' does not exist")
 
 

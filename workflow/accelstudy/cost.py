@@ -21,23 +21,22 @@ class Allocation:
     partition: str | None = None
 
 
-def allocation(cards: int, cores: int, environ: Mapping[str, str] | None = None) -> Allocation:
+def allocation(cards: int, cores: int, environ: Mapping[str, str] = os.environ) -> Allocation:
     """SLURM's view of this job where it runs under SLURM, else its own cards and cores."""
-    env = os.environ if environ is None else environ
-    if "SLURM_JOB_ID" not in env:
+    if "SLURM_JOB_ID" not in environ:
         return Allocation(nodes=1, cards=cards, cores=cores)
-    nodes = int(env.get("SLURM_JOB_NUM_NODES", "1"))
-    listed = [g for g in env.get("SLURM_JOB_GPUS", "").split(",") if g]  # none: no GPU job
-    gpus = env.get("SLURM_GPUS_ON_NODE") or (str(len(listed)) if listed else "")
-    per_node_cores = env.get("SLURM_CPUS_ON_NODE")
-    memory = env.get("SLURM_MEM_PER_NODE")  # MB
+    nodes = int(environ.get("SLURM_JOB_NUM_NODES", "1"))
+    listed = [g for g in environ.get("SLURM_JOB_GPUS", "").split(",") if g]  # none: no GPU job
+    gpus = environ.get("SLURM_GPUS_ON_NODE") or (str(len(listed)) if listed else "")
+    per_node_cores = environ.get("SLURM_CPUS_ON_NODE")
+    memory = environ.get("SLURM_MEM_PER_NODE")  # MB
     return Allocation(
         nodes=nodes,
         cards=int(gpus) * nodes if gpus.isdigit() else cards,
         cores=int(per_node_cores) * nodes if per_node_cores else cores,
         memory_gb=int(memory) * nodes / 1000 if memory and memory.isdigit() else None,
-        qos=env.get("SLURM_JOB_QOS"),
-        partition=env.get("SLURM_JOB_PARTITION"),
+        qos=environ.get("SLURM_JOB_QOS"),
+        partition=environ.get("SLURM_JOB_PARTITION"),
     )
 
 

@@ -25,8 +25,7 @@ class EnergySourceError(StudyError):
 
 
 def nvml_counter(index: int) -> EnergyCounter:
-    """This process's CUDA device `index` (through CUDA_VISIBLE_DEVICES, by index or UUID):
-    nvmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded."""
+    """nvmlDeviceGetTotalEnergyConsumption of CUDA device `index`, by CUDA_VISIBLE_DEVICES."""
     import pynvml
 
     pynvml.nvmlInit()
@@ -49,9 +48,8 @@ def hlml_counter(index: int) -> EnergyCounter:
 
 class HlSmiPower:
     """Where HLML's energy counter is missing: Gaudi module `index`'s power.draw from `hl-smi`,
-    sampled on a thread every period and held until the next (so the joules never go back).
-    Reading spawns nothing (a reading inside a timed window costs no process); a failed sample
-    makes every later reading raise, so the meter marks the energy invalid."""
+    sampled on a thread every period and held until the next (so the joules never go back); a
+    reading spawns nothing; after a failed sample each one raises: the meter marks it invalid."""
 
     QUERY = ("hl-smi", "-Q", "index,power.draw", "-f", "csv,noheader,nounits")
 
@@ -93,10 +91,9 @@ class HlSmiPower:
         self.stopped.set()
 
 
-def rapl_counters(root: Path | None = None) -> list[EnergyCounter]:
+def rapl_counters() -> list[EnergyCounter]:
     """One per CPU package (intel-rapl:N, also AMD's): energy_uj where this user may read it."""
-    root = root or RAPL
-    zones = sorted(root.glob("intel-rapl:*")) if root.is_dir() else []
+    zones = sorted(RAPL.glob("intel-rapl:*"))
     files = [z / "energy_uj" for z in zones if z.name.count(":") == 1]  # not :0:0, a subzone
     return [partial(lambda f: int(f.read_text()) / 1e6, f) for f in files if os.access(f, os.R_OK)]
 
@@ -121,10 +118,9 @@ def card_counter(device_kind: str, index: int) -> tuple[str, EnergyCounter] | st
 
 
 class EnergyMeter:
-    """This process's counters, read at its start, as its measured work begins and ends
-    (timeline's "measured" and "done") and at `stop`: its card's (card_index, where it drives
-    one) and, where `package`, the CPU packages' (one process per node reads them).
-    `required`: the system file's sources, an error where one is missing here."""
+    """This process's card's counter (card_index, where it drives one) and, where `package`, the
+    CPU packages' (one process per node), read at its start, at timeline's "measured" and "done",
+    and at `stop`; `required`: the system file's sources, an error where one is missing here."""
 
     def __init__(
         self, device_kind: str, card_index: int | None, package: bool, required: tuple = ()

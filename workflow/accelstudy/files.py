@@ -28,8 +28,7 @@ def umask_mode(path: str | Path, directory: bool = False) -> None:
     """Give `path` the mode `open()` / `mkdir()` would (mkstemp and mkdtemp create 0600 / 0700,
     which would hide results from the group a project directory is shared with), but never
     group- or world-writable: a record another user could rewrite is no evidence."""
-    mask = current_umask() | 0o022
-    os.chmod(path, (0o777 if directory else 0o666) & ~mask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~(current_umask() | 0o022))
 
 
 @contextlib.contextmanager
@@ -66,10 +65,7 @@ def read_json(path: str | Path) -> Any:
         ) from None
 
 
-def sha256_file(path: str | Path, block: int = 16 << 20) -> str:
-    """The sha256 of a file, read in 16 MiB blocks (memory stays flat for any size)."""
-    digest = hashlib.sha256()
+def sha256_file(path: str | Path) -> str:
+    """The sha256 of a file, read in blocks (memory stays flat for any size)."""
     with open(path, "rb") as handle:
-        while chunk := handle.read(block):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()

@@ -14,18 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def _shape(config: Mapping[str, Any]) -> tuple[int, int, int, int, int, int, int]:
-    hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    head_dim = config.get("head_dim") or hidden // heads
-    kv_heads = config.get("num_key_value_heads") or heads
-    inter, layers = config["intermediate_size"], config["num_hidden_layers"]
-    return hidden, heads, kv_heads, head_dim, inter, layers, config["vocab_size"]
-
-
 def linear_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     """A decoder layer's linears as (in, out), Llama's names."""
-    hidden, heads, kv_heads, head_dim, inter, _, _ = _shape(config)
-    query, key_value = heads * head_dim, kv_heads * head_dim
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim, inter = config.get("head_dim") or hidden // heads, config["intermediate_size"]
+    query, key_value = heads * head_dim, (config.get("num_key_value_heads") or heads) * head_dim
     shapes = {"q_proj": (hidden, query), "k_proj": (hidden, key_value)}
     shapes |= {"v_proj": (hidden, key_value), "o_proj": (query, hidden)}
     shapes |= {"gate_proj": (hidden, inter), "up_proj": (hidden, inter)}
@@ -34,21 +27,15 @@ def linear_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
 
 def linear_forward(config: Mapping[str, Any]) -> int:
     """Forward FLOPs per token of every linear: the decoder layers' and the LM head."""
-    hidden, *_, layers, vocab = _shape(config)
     per_layer = sum(i * o for i, o in linear_shapes(config).values())
-    return 2 * (layers * per_layer + hidden * vocab)
+    head = config["hidden_size"] * config["vocab_size"]
+    return 2 * (config["num_hidden_layers"] * per_layer + head)
 
 
 def attention_forward(config: Mapping[str, Any], squared_lengths: int) -> int:
     """Forward attention FLOPs, causal half, over sequences whose squared lengths sum to this."""
-    _, heads, _, head_dim, _, layers, _ = _shape(config)
-    return 2 * layers * heads * head_dim * squared_lengths
-
-
-def lora_forward(config: Mapping[str, Any], rank: int, targets: tuple[str, ...]) -> int:
-    """Forward FLOPs per token of the LoRA adapters (A: in -> r, B: r -> out) on `targets`."""
-    shapes, layers = linear_shapes(config), config["num_hidden_layers"]
-    return 2 * layers * sum(rank * sum(shapes[name]) for name in targets if name in shapes)
+    query = linear_shapes(config)["q_proj"][1]  # heads x head_dim
+    return 2 * config["num_hidden_layers"] * query * squared_lengths
 
 
 def forward_per_token(config: Mapping[str, Any], seq_len: int) -> float:
@@ -59,10 +46,11 @@ def forward_per_token(config: Mapping[str, Any], seq_len: int) -> float:
 def training_per_token(
     config: Mapping[str, Any], seq_len: int, lora_rank: int = 0, targets: tuple[str, ...] = ()
 ) -> float:
-    """Forward and backward FLOPs per token: LoRA (frozen base: input gradients only, adapters
-    trained) where `lora_rank`, else every weight trained."""
+    """Forward and backward FLOPs per token: LoRA's (frozen base: input gradients only; adapters
+    A: in -> r, B: r -> out, trained on `targets`) where `lora_rank`, else every weight trained."""
     attention = 3 * attention_forward(config, seq_len * seq_len) / seq_len
     if not lora_rank:
         return 3 * linear_forward(config) + attention
-    adapters = lora_forward(config, lora_rank, targets)
+    shapes, layers = linear_shapes(config), config["num_hidden_layers"]
+    adapters = 2 * layers * sum(lora_rank * sum(shapes[n]) for n in targets if n in shapes)
     return 2 * linear_forward(config) + 3 * adapters + attention

@@ -109,7 +109,7 @@ class PointJob(Job):
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
     ) -> dict[str, Any]:
-        """The ranks' result, or PointFailed; `hpu_env`: what Habana's bridge reads as it loads."""
+        """The ranks' metrics and status, or PointFailed; `hpu_env`: what Habana's bridge reads."""
         result, self.cards = self.out.with_name(f".{self.out.stem}.ranks.json"), cards
         argv = [*args, "--out", str(result)]
         command_line = command(self.system, cards, module, argv, strategy, self.threads)
@@ -131,7 +131,8 @@ class PointJob(Job):
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = Device(outcome["device"], self.system.label)
-        return outcome
+        metrics = {**outcome.get("metrics", {}), "status": outcome["status"]}
+        return metrics | ({} if outcome["status"] == "ok" else {"error": outcome.get("error", "")})
 
     def write(self, measured: Record) -> dict[str, Any]:
         """A point's record also says its wall time and where each rank ran; log its status."""

@@ -1,8 +1,7 @@
 """`make study` and Snakemake's lock: a killed run leaves `.snakemake/locks/` ("Directory cannot
-be locked" on the next run). Snakemake's lock files name no host, so each run `make study`
-starts notes its host and process beside them for as long as it runs, and only a lock whose
-noted process is gone from this host is removed; any other lock (another host's run on a
-shared filesystem, a run started by hand) stays, with one line naming its owner."""
+be locked" next time), and Snakemake's lock files name no host. So each `make study` run notes
+its host and process beside them while it runs; only a lock whose noted process is gone from
+this host is removed, any other (another host's, a run started by hand) stays, its owner named."""
 
 import json
 import os
@@ -24,8 +23,7 @@ class LockHeldError(StudyError, RuntimeError):
 
 
 def unlock_if_stale(directory: Path) -> str:
-    """Remove the lock of a run of ours that died on this host; say so in one line ("" when
-    there was none)."""
+    """Remove the lock of a run of ours that died on this host; say so in one line (or "")."""
     locks = Path(directory) / ".snakemake" / "locks"
     if not any(locks.glob("*.lock")):
         return ""

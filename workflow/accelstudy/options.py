@@ -1,7 +1,6 @@
 """Each option's name, type, default and allowed values live in one place, the config schema
-(workflow/schemas/config.schema.yaml); the CLI's flags, the sweep points' and jobs' defaults
-and the rules (through the validated config) all read them from here, so changing a default
-is one line of the schema."""
+(workflow/schemas/config.schema.yaml): the CLI's flags, the sweep points' and jobs' defaults and
+the rules (through the validated config) all read them here, so a default is one schema line."""
 
 import json
 from functools import cache
@@ -78,7 +77,7 @@ def argument(path: str) -> dict[str, Any]:
     spec = node(path)
     kind = spec.get("type")
     readers = {"integer": int, "number": float, "boolean": _boolean, "string": str}
-    keywords: dict[str, Any] = {"default": default(path)}
+    keywords: dict[str, Any] = {"default": default(path), "help": spec.get("description")}
     if "enum" in spec:
         keywords["choices"] = spec["enum"]
     elif kind == ["integer", "null"]:
@@ -87,6 +86,4 @@ def argument(path: str) -> dict[str, Any]:
         keywords["type"] = readers[kind]
     elif kind in ("array", "object"):
         keywords["type"] = json.loads
-    if "description" in spec:
-        keywords["help"] = spec["description"]
     return keywords

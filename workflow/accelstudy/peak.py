@@ -1,10 +1,8 @@
 """The machine's limit: a card's dense peak FLOP/s from its system file (the vendor's datasheet,
 with its address), or a CPU's measured by a GEMM probe; and the dtype `auto` computes in.
-
-A CPU's probe runs when nothing else does (the Makefile's set-up, `accelstudy probe`) and is
-cached by CPU model, flags, threads, the CPUs usable, torch version and the variables that
-steer torch's kernel choice; a job that finds no entry probes itself, and says so (it may share
-the cores)."""
+A CPU's probe runs when nothing else does (the Makefile's set-up, `accelstudy probe`), cached by
+CPU model, flags, threads, usable CPUs, torch version and the variables that steer torch's
+kernel choice; a job that finds no entry probes itself, and says so (it may share the cores)."""
 
 import functools
 import hashlib
@@ -20,7 +18,6 @@ from accelstudy.files import write_json
 from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
-PROBED = ("float32", "bfloat16")
 DISPATCH = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 # the flags a record names: the vector and matrix units that decide a GEMM's speed
 CPU_FLAGS = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}
@@ -86,7 +83,7 @@ def probe(threads: int, where: str = "at set-up") -> dict[str, Any]:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        rates = {name: gemm_rate(name) for name in PROBED}
+        rates = {name: gemm_rate(name) for name in ("float32", "bfloat16")}
     finally:
         torch.set_num_threads(before)
     entry = {"threads": threads, "flops_per_s": rates, "torch": torch.__version__, "where": where}
@@ -123,13 +120,10 @@ def peak(system: System, device_kind: str, dtype: str, ranks: int, threads: int)
     return block | {"ranks": ranks, "source": source}
 
 
-def utilization(peak_block: dict[str, Any], achieved: float | None) -> dict[str, Any]:
+def utilization(peak_block: dict[str, Any], achieved: float) -> dict[str, Any]:
     """Achieved FLOP/s over the measured window beside the limit: the fraction of peak (MFU)."""
-    block = {**peak_block, "achieved_flops_per_s": achieved}
-    if achieved is None:
-        return {**block, "status": "unknown", "mfu": None}
-    flops = peak_block.get("flops_per_s")
-    return {**block, "mfu": achieved / flops if flops else None}
+    mfu = achieved / peak_block["flops_per_s"] if peak_block.get("flops_per_s") else None
+    return {**peak_block, "achieved_flops_per_s": achieved, "mfu": mfu}
 
 
 def resolve_dtype(asked: str, system: System, device_kind: str, threads: int) -> tuple[str, str]:

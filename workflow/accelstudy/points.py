@@ -1,6 +1,5 @@
-"""Sweep points as types, built once from the config (the rules pass them to jobs as JSON):
-each carries only the config values its job depends on, so editing one knob re-runs only the
-points it changes."""
+"""Sweep points as types, built once from the config (the rules pass them to jobs as JSON): each
+carries only the config values its job depends on, so editing one knob re-runs only its points."""
 
 import dataclasses
 import itertools
@@ -27,8 +26,8 @@ class Point:
         return json.dumps(self.as_dict(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | Mapping[str, Any]) -> Self:
-        return cls.from_dict(json.loads(text) if isinstance(text, str) else text)
+    def from_json(cls, text: str) -> Self:
+        return cls.from_dict(json.loads(text))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Self:
@@ -38,12 +37,7 @@ class Point:
         return dataclasses.replace(self, **changes)
 
 
-_default = options.default  # a field's default: the schema's (a block's: made anew per point)
-
-
-def _first(path: str) -> Any:
-    """A sweep axis's field: the first of the axis's default values."""
-    return options.default(path)[0]
+_default = options.default  # a field's default: the schema's (a sweep axis's: its first value)
 
 
 @dataclass(frozen=True)
@@ -51,17 +45,16 @@ class Lora:
     rank: int = _default("finetune.lora.rank")
     alpha: float = _default("finetune.lora.alpha")
     dropout: float = _default("finetune.lora.dropout")
-    targets: tuple[str, ...] = tuple(options.default("finetune.lora.targets"))
+    targets: tuple[str, ...] = tuple(_default("finetune.lora.targets"))
 
 
 @dataclass(frozen=True)
 class FinetunePoint(Point):
-    """One (strategy, attention, cards, repeat) of the fine-tuning sweep, as its ranks read it;
-    every default is the schema's."""
+    """One (strategy, attention, cards, repeat) of the fine-tuning sweep, as its ranks read it."""
 
-    strategy: str = _first("finetune.strategies")
-    attention: str = _first("finetune.attention")
-    cards: int = _first("finetune.cards")
+    strategy: str = _default("finetune.strategies")[0]
+    attention: str = _default("finetune.attention")[0]
+    cards: int = _default("finetune.cards")[0]
     repeat: int = 0
     seed: int = _default("seed")
     method: str = _default("finetune.method")
@@ -107,10 +100,9 @@ class FinetunePoint(Point):
 
 @dataclass(frozen=True)
 class DiffusionPoint(Point):
-    """One (devices, repeat) of the SR3 strong-scaling sweep, as its ranks read it; every
-    default is the schema's."""
+    """One (devices, repeat) of the SR3 strong-scaling sweep, as its ranks read it."""
 
-    devices: int = _first("diffusion.devices")
+    devices: int = _default("diffusion.devices")[0]
     repeat: int = 0
     seed: int = _default("seed")
     total_iterations: int = _default("diffusion.total_iterations")

@@ -27,8 +27,7 @@ Summarise = Callable[[list[Measured]], dict[str, Any]]  # every rank's measureme
 
 
 def peak_metrics(measured: list[Measured], what_before: str) -> dict[str, Any]:
-    """Rank 0's metrics with every rank's peak memory, their largest and how it was measured
-    (on CPU: RSS growth over the RSS `what_before`)."""
+    """Rank 0's metrics with every rank's peak memory, their largest and how it was measured."""
     first, peaks = measured[0], [m["peak_memory_bytes"] for m in measured]
     on_cpu = f"RSS growth: getrusage ru_maxrss at the end minus the RSS {what_before}"
     method = on_cpu if first["device"] == "cpu" else "max_memory_allocated"

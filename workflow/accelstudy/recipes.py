@@ -1,6 +1,5 @@
-"""The PTQ recipes, one entry each: the function that quantizes (in accelstudy.ptq.quantize),
-the dtype the quantized model computes in and the label the paper's Table 1 gives it. The
-config schema's `ptq.recipes` values and the report's labels are these."""
+"""The PTQ recipes (the config schema's `ptq.recipes`): the accelstudy.ptq.quantize function that
+applies each, the dtype it computes in and its label in the paper's Table 1 (the report's)."""
 
 from dataclasses import dataclass
 

@@ -7,7 +7,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import metadata
@@ -71,9 +71,8 @@ SLURM_VARIABLES = {
 }
 
 
-def scheduler_context(environ: dict[str, str] | None = None) -> dict[str, str]:
+def scheduler_context(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Where the job ran: the SLURM job (to match `scontrol`/`sacct`), a pod, or local."""
-    environ = dict(os.environ if environ is None else environ)
     if "SLURM_JOB_ID" in environ:
         found = {key: environ[var] for key, var in SLURM_VARIABLES.items() if var in environ}
         return {"kind": "slurm", **found}
@@ -118,8 +117,7 @@ def write_record(path: str | Path, record: dict[str, Any]) -> None:
 
 @dataclass(kw_only=True)
 class Record:
-    """What a stage measured, as every stage fills it; `Job.write` adds where and how it ran
-    (system, device, energy, fraction of peak, cost, provenance). New optional fields need no
+    """What a stage measured; `Job.write` adds where and how it ran. New optional fields need no
     schema bump: the record schema allows fields it does not name."""
 
     stage: str
@@ -135,8 +133,7 @@ class Record:
 
 
 def after_measurement(compute: Callable[[], dict[str, Any]], **marked: Any) -> dict[str, Any]:
-    """A block computed after the measurement (energy, peak, cost, provenance): its error, in
-    the block, rather than a lost measurement."""
+    """A block computed after the measurement: its error lands in the block, not a lost record."""
     try:
         return compute()
     except Exception as error:  # the record outlives any of them
@@ -207,14 +204,12 @@ class Job:
     def write(self, measured: Record) -> dict[str, Any]:
         """Write this job's record (the one writer every stage calls) and return it."""
         record: dict[str, Any] = {"stage": measured.stage, "study": self.study}
-        record["system"] = self.system.name
-        record |= {"device": self.device.kind, "model": measured.model, "task": measured.task}
-        record |= {"method": measured.method, "data_source": measured.data_source}
+        record |= {"system": self.system.name, "device": self.device.kind}
+        record |= {k: getattr(measured, k) for k in ("model", "task", "method", "data_source")}
         if measured.protocol is not None:
             record["protocol"] = measured.protocol
-        metrics = measured.metrics
-        record |= {"inputs": measured.inputs, "parameters": measured.parameters, "metrics": metrics}
-        wall_s, system = time.perf_counter() - self.started, self.system
+        record |= {k: getattr(measured, k) for k in ("inputs", "parameters", "metrics")}
+        wall_s, system, metrics = time.perf_counter() - self.started, self.system, measured.metrics
         unit = "image" if measured.stage == "diffusion" else "token"
         rate = metrics.get(f"{unit}s_per_s")
 

@@ -12,16 +12,9 @@ from accelstudy.systems import System, load_system
 
 ACCOUNT_ENV = "ACCELSTUDY_ACCOUNT"
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
-# what a scheduler value may hold besides letters and digits (a constraint: SLURM's operators)
-PLAIN, CONSTRAINT = "._:-", "._:-&|*[]"
 Env = MutableMapping[str, str]
 Resources = Mapping[str, Any]  # resource name -> its value as written
 PerRule = Mapping[str, Resources]  # rule -> its --set-resources
-
-
-def raw_values(resources: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Resource name -> the value as written (Snakemake's Resource objects keep `.raw`)."""
-    return {name: getattr(value, "raw", value) for name, value in (resources or {}).items()}
 
 
 def export_scheduler_defaults(system: System, environ: Env) -> None:
@@ -52,7 +45,8 @@ def check_variables(system: System, defaults: Resources, per_rule: PerRule, envi
 def check_plain(variable: str, value: str, key: str, system: str) -> None:
     """A value a profile's resource expression reads: letters, digits and a few marks, so that
     neither the expression (Python) nor the plugin's sbatch line (a shell) can run it."""
-    allowed = CONSTRAINT if key == "CONSTRAINT" else PLAIN
+    # what a value may hold besides letters and digits (a constraint: SLURM's operators too)
+    allowed = "._:-&|*[]" if key == "CONSTRAINT" else "._:-"
     where = f"slurm.{key.lower()} of config/systems/{system}.yaml" if key != variable else ""
     where = where or "--config account"
     if not re.fullmatch(rf"[\w{re.escape(allowed)}]*", value, re.ASCII):
@@ -103,15 +97,13 @@ def card_count(raw: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-MULTI_NODE_RULES = ("finetune", "diffusion")  # their jobs span nodes through the launcher
-
-
 def check_cards(system: System, per_rule: PerRule) -> None:
     """No single-node rule may ask for more cards than one node of the system has."""
     resource, limit = system.card_resource, system.per_node
     for rule, values in sorted(per_rule.items()):
         cards = card_count(values.get(resource))
-        if rule not in MULTI_NODE_RULES and cards is not None and cards > limit:
+        multi_node = rule in ("finetune", "diffusion")  # their jobs span nodes: the launcher
+        if not multi_node and cards is not None and cards > limit:
             raise ConfigError(
                 f"resource '{rule}:{resource}': {cards} cards, but a {system.name} node "
                 f"has {limit}; rule '{rule}' runs on one node, so ask for at most {limit} "
@@ -134,7 +126,10 @@ def check_site(
 
 def check_profile(config: Mapping[str, Any], system: System, settings: Any, environ: Env) -> None:
     """check_site on Snakemake's ResourceSettings (--default-resources, --set-resources)."""
-    defaults = getattr(settings, "default_resources", None)
+
+    def raw(resources: Mapping[str, Any] | None) -> dict[str, Any]:  # Resource keeps `.raw`
+        return {name: getattr(value, "raw", value) for name, value in (resources or {}).items()}
+
     overrides = getattr(settings, "overwrite_resources", None) or {}
-    per_rule = {rule: raw_values(values) for rule, values in overrides.items()}
-    check_site(config, system, raw_values(defaults), per_rule, environ)
+    per_rule = {rule: raw(values) for rule, values in overrides.items()}
+    check_site(config, system, raw(getattr(settings, "default_resources", None)), per_rule, environ)

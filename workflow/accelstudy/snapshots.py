@@ -92,10 +92,8 @@ def hub_files(folder: Path) -> dict[str, dict[str, Any]]:
         blob = Path(os.readlink(path)).name if path.is_symlink() else ""
         scheme = "sha256" if len(blob) == 64 else "git-sha1"
         digest = f"{scheme}:{blob}" if blob else f"sha256:{sha256_file(path)}"
-        files[path.relative_to(folder).as_posix()] = {
-            "bytes": path.stat().st_size,
-            "digest": digest,
-        }
+        name = path.relative_to(folder).as_posix()
+        files[name] = {"bytes": path.stat().st_size, "digest": digest}
     return files
 
 

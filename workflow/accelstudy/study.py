@@ -55,26 +55,21 @@ def check_finetune(config: Mapping[str, Any], system: System) -> None:
     require(not missing, "finetune.data.file", problem)
 
 
-def check_unet(model: Mapping[str, Any], hr_size: int) -> None:
-    """The UNet halves the image once per extra multiplier; attention sits at a resolution."""
-    levels = len(model["channel_multipliers"])
-    factor = 2 ** (levels - 1)
-    halved = f"{hr_size} pixels cannot be halved {levels - 1} times by the UNet "
-    halved += f"(channel_multipliers has {levels} levels); use a multiple of {factor}"
-    require(not hr_size % factor, "diffusion.data.hr_size", halved)
-    resolutions = [hr_size // 2**i for i in range(levels)]
-    for res in model["attention_resolutions"]:
-        problem = f"{res} is not one of the UNet's resolutions {resolutions}"
-        require(res in resolutions, "diffusion.model.attention_resolutions", problem)
-
-
 def check_diffusion(config: Mapping[str, Any], system: System) -> None:
+    """Image sizes the UNet can halve (once per extra multiplier), cards, dtype and data."""
     sweep = config["diffusion"]
     if not sweep["enabled"]:
         return
-    data = sweep["data"]
-    check_unet(sweep["model"], data["hr_size"])
-    size, scale = data["hr_size"], data["scale"]
+    data, model = sweep["data"], sweep["model"]
+    size, scale, levels = data["hr_size"], data["scale"], len(model["channel_multipliers"])
+    factor = 2 ** (levels - 1)
+    halved = f"{size} pixels cannot be halved {levels - 1} times by the UNet "
+    halved += f"(channel_multipliers has {levels} levels); use a multiple of {factor}"
+    require(not size % factor, "diffusion.data.hr_size", halved)
+    resolutions = [size // 2**i for i in range(levels)]
+    for res in model["attention_resolutions"]:
+        problem = f"{res} is not one of the UNet's resolutions {resolutions}"
+        require(res in resolutions, "diffusion.model.attention_resolutions", problem)
     problem = f"{size} pixels do not divide by {scale}; pick a scale that divides hr_size"
     require(not size % scale, "diffusion.data.scale", problem)
     system.check_cards("diffusion.devices", sweep["devices"])

@@ -13,8 +13,6 @@ import yaml
 from accelstudy.errors import require, schema_error
 from accelstudy.paths import SCHEMAS, SYSTEMS
 
-FACT_KEYS = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "nodes")
-
 
 @dataclass(frozen=True)
 class System:
@@ -65,14 +63,14 @@ class System:
 
     def check_dtype(self, key: str, dtype: str) -> None:
         """A dtype the system offers; `auto` picks one inside the job (accelstudy.peak)."""
-        if dtype == "auto":
-            return
         offered = f"{self.label} (system '{self.name}': {list(self.dtypes)})"
-        require(dtype in self.dtypes, key, f"{dtype} is not offered by {offered}; use one of those")
+        problem = f"{dtype} is not offered by {offered}; use one of those"
+        require(dtype == "auto" or dtype in self.dtypes, key, problem)
 
     def facts(self) -> dict[str, Any]:
         """What the file says the machine is, so runs that share a name can be checked."""
-        return {key: getattr(self, key) for key in FACT_KEYS}
+        keys = ("device", "accelerator", "memory_per_card_gb", "cards_per_node", "nodes")
+        return {key: getattr(self, key) for key in keys}
 
 
 def load_system(name: str) -> System:

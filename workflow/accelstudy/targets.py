@@ -1,6 +1,5 @@
 """What a study asks Snakemake for (workflow/rules/*.smk): the result files, the lookups its
-rules make per job, wildcard constraints from the schema; parsing the workflow imports no torch.
-The rules name their own files (environments, captions)."""
+rules make per job, wildcard constraints from the schema; parsing the workflow imports no torch."""
 
 import json
 import re
@@ -14,8 +13,6 @@ from accelstudy.options import node
 from accelstudy.paths import record_files, system_folders
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
-
-DATA_KEYS = ("source", "dataset", "name", "revision", "files")  # what changes a split's rows
 
 
 class StudyTargets:
@@ -83,10 +80,8 @@ class StudyTargets:
         ]
 
     def diffusion_records(self) -> list[str]:
-        return [
-            f"{self.measured}/diffusion/devices-{devices}/repeat-{repeat}.json"
-            for devices, repeat in points.diffusion_cells(self.config)
-        ]
+        cells = points.diffusion_cells(self.config)
+        return [f"{self.measured}/diffusion/devices-{d}/repeat-{r}.json" for d, r in cells]
 
     def diffusion_samples(self) -> list[str]:
         return [path.replace(".json", ".samples.npz") for path in self.diffusion_records()]
@@ -130,8 +125,8 @@ class StudyTargets:
 
     def data_spec(self, w: Any) -> str:
         """Only the keys that change what a split contains (not limits or protocols)."""
-        task = self.task(w)
-        return json.dumps({k: task[k] for k in DATA_KEYS if k in task}, sort_keys=True)
+        task, keys = self.task(w), ("source", "dataset", "name", "revision", "files")
+        return json.dumps({k: task[k] for k in keys if k in task}, sort_keys=True)
 
     def local_file(self, part: str) -> Callable[[Any], list[str]]:
         """The local file a prepare rule reads (its split's, for `tasks`): a change re-runs it."""
@@ -204,9 +199,10 @@ class StudyTargets:
         model = self.system.slurm.get("gpu_model")  # Expanse's H100s are asked by model
         gres = f"gpu:{model}:{per_node}" if model else f"gpu:{per_node}"
         gres_gpus = nodes > 1 and kind == "gpu"  # GPUs across nodes are asked per node
-        layout = {"gpu": cards if kind == "gpu" and not gres_gpus else 0}
-        layout |= {"gaudi": cards if kind == "gaudi" else 0, "nodes": nodes}
-        return layout | {"mpi": "srun" if nodes > 1 else "", "gres": gres if gres_gpus else ""}
+        layout: dict[str, Any] = {"gpu": cards if kind == "gpu" and not gres_gpus else 0}
+        layout |= {"gaudi": cards if kind == "gaudi" else 0, "nodes": nodes, "tasks": nodes}
+        layout |= {"mpi": "srun" if nodes > 1 else "", "gres": gres if gres_gpus else ""}
+        return layout | {"tasks_per_gpu": 0}  # else the plugin reads `tasks` as tasks per GPU
 
     def point_resources(self, minutes: int) -> dict[str, Any]:
         """The point's layout, memory and runtime."""
@@ -214,11 +210,8 @@ class StudyTargets:
         def resource(key: str) -> Callable[[Any], Any]:
             return lambda w: self.point_layout(w)[key]
 
-        layout: dict[str, Any] = {key: resource(key) for key in ("gpu", "gaudi", "nodes", "mpi")}
-        layout["tasks"] = resource("nodes")
-        layout["tasks_per_gpu"] = 0  # the plugin would otherwise read `tasks` as tasks per GPU
-        layout["gres"] = resource("gres")
-        return layout | self.resources(minutes)
+        keys = ("gpu", "gaudi", "nodes", "mpi", "tasks", "tasks_per_gpu", "gres")
+        return {key: resource(key) for key in keys} | self.resources(minutes)
 
     @staticmethod
     def resources(minutes: int, mem_mb: int = 8000) -> dict[str, Any]:

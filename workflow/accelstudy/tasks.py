@@ -1,6 +1,5 @@
-"""The task registry, read by every stage, the data layer, the schema, the CLI and the report.
-Adding a task is one entry here, its rows' normaliser and stand-in (data/), and its scorer
-(evaluate/), as in lm-evaluation-harness."""
+"""The task registry every stage, the data layer, the schema, the CLI and the report read. A task
+is an entry here, its rows' normaliser and stand-in (data/) and its scorer (evaluate/)."""
 
 from dataclasses import dataclass
 from typing import Literal

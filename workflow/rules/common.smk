@@ -33,12 +33,9 @@ CONDA_ENV = f"../../envs/{'cuda' if SYSTEM.device == 'cuda' else 'cpu'}.yaml"
 
 
 def captioned(name):
-    """A table or figure of the report (accelstudy.report.outputs), captioned for
-    `snakemake --report` by workflow/report/<name>.rst."""
-    path, category = OUTPUTS[name]
-    return report(
-        f"{RESULTS}/{path}", caption=f"../report/{name}.rst", category=category
-    )
+    """A table or figure of the report, captioned by workflow/report/<name>.rst."""
+    path, kind = OUTPUTS[name]
+    return report(f"{RESULTS}/{path}", caption=f"../report/{name}.rst", category=kind)
 
 
 # Small CPU jobs run beside Snakemake (a login node under SLURM), not as batch jobs.

@@ -40,7 +40,7 @@ rule compare:
     input:
         STUDY.compare_inputs(),
     output:
-        f"{COMPARE['out']}/index.html",
+        f"{COMPARE['out']}/report/index.html",
     log:
         f"{COMPARE['out']}/compare.log",
     benchmark:
@@ -50,7 +50,7 @@ rule compare:
     params:
         runs=COMPARE["runs"],
         reference=COMPARE["reference"] or "",
-        out=lambda wildcards, output: os.path.dirname(output[0]),
+        out=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
     shell:
         "accelstudy compare {params.runs:q} --out {params.out:q} --reference {params.reference:q} "
         "> {log:q} 2>&1"

@@ -1,2 +1,1 @@
-"""Task data: WikiText-2, HellaSwag and BoolQ from the Hub, local files, or offline stand-ins;
-instruction data for fine-tuning; dust images for SR3."""
+"""Task data (Hub, local files or offline stand-ins), instructions to fine-tune on, SR3's dust."""

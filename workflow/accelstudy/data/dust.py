@@ -1,8 +1,7 @@
-"""Galactic dust images for SR3: PySM3 emission, gnomonic patches, high/low-res pairs.
-
-Sources: `pysm` (a preset from PYSM_LOCAL_DATA, never downloaded), `standin` (a synfast sky
-with Planck's dust spectrum through PySM's modified black body) or `local` (an npz). Images
-go to log10, then to SR3's [-1, 1] over the dataset."""
+"""Galactic dust images for SR3: PySM3 emission, gnomonic patches, high/low-res pairs, from
+`pysm` (a preset from PYSM_LOCAL_DATA, never downloaded), `standin` (a synfast sky with Planck's
+dust spectrum through PySM's modified black body) or `local` (an npz). Skies go to log10; all
+images to SR3's [-1, 1] over the dataset."""
 
 from __future__ import annotations
 

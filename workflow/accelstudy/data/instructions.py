@@ -1,8 +1,7 @@
 """Instruction/output data for fine-tuning, prepared as the authors' script, optimum-habana's
 run_lora_clm.py (`--dataset_concatenation`, `--max_seq_length 512`), prepares it: its
-`PROMPT_DICT` (copied unchanged), prompt plus output as one text, EOS appended when it fits,
-labels equal to the inputs (`train_on_inputs` defaults to True there), all concatenated and
-cut into `max_seq_length` blocks, the remainder dropped."""
+`PROMPT_DICT` (copied unchanged), prompt plus output as one text, labels equal to the inputs
+(`train_on_inputs` defaults to True there), concatenated into blocks."""
 
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ from accelstudy.files import write_json
 PROMPT_DICT = {
     "prompt_with_input": (
         "Below is an instruction that describes a task, paired with an input that provides "
-        "further context. "
-        "Write a response that appropriately completes the request.\n\n"
+        "further context. Write a response that appropriately completes the request.\n\n"
         "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:"
     ),
     "prompt_without_input": (
@@ -32,9 +30,8 @@ ENCODE_CHUNK = 64  # examples tokenised at a time; stops as soon as enough block
 
 
 def load_examples(spec: dict[str, Any]) -> list[dict[str, str]]:
-    """Examples as `spec` says: source standin | hf (dataset, name, split, revision) |
-    local (file: .jsonl/.json/.parquet/.csv); the configured `columns` are mapped onto
-    instruction/input/output (input is optional)."""
+    """Examples from source standin | hf (dataset, name, split, revision) | local (file), their
+    configured `columns` mapped onto instruction/input/output (input is optional)."""
     source = spec.get("source", "standin")
     if source == "standin":  # real text: each documentation paragraph explains its topic
         from accelstudy.data.standin import corpus_paragraphs
@@ -62,8 +59,7 @@ def load_examples(spec: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def prepare_instructions(spec: dict[str, Any], out: str | Path) -> int:
-    """Cache the examples (instruction/input/output) as JSON Lines, so training ranks stay
-    offline; describe their source beside them."""
+    """Cache the examples as JSON Lines, their source described beside them: ranks stay offline."""
     rows = sources.write_jsonl(load_examples(spec), out)
     described = sources.describe_source(spec, spec.get("split", "train"), spec.get("file"))
     write_json(sources.source_file(out), described)
@@ -79,9 +75,8 @@ def prompt_text(example: dict[str, str]) -> str:
 def concatenated_blocks(
     examples: list[dict], tokenizer: Tokenizer, max_seq_length: int, limit: int | None = None
 ) -> dict[str, list[list[int]]]:
-    """`--dataset_concatenation`: each example's token ids (truncated to max_seq_length, EOS
-    appended when it fits) end to end, cut into full blocks; the first `limit` blocks (as
-    `--max_train_samples` selects) are all that is tokenised."""
+    """`--dataset_concatenation`: each example's ids (truncated, EOS appended when it fits) end to
+    end, cut into full blocks; only the first `limit` (`--max_train_samples`) are tokenised."""
     eos, stream = tokenizer.eos_token_id, []
     for start in range(0, len(examples), ENCODE_CHUNK):
         texts = [prompt_text(e) for e in examples[start : start + ENCODE_CHUNK]]
@@ -91,11 +86,10 @@ def concatenated_blocks(
             stream.extend(ids)
         if limit is not None and len(stream) >= limit * max_seq_length:
             break
-    count = len(stream) // max_seq_length
-    count = count if limit is None else min(count, limit)
-    if count == 0:
+    full = len(stream) // max_seq_length
+    blocks = [stream[i * max_seq_length : (i + 1) * max_seq_length] for i in range(full)][:limit]
+    if not blocks:
         fewer = f"the data holds fewer than {max_seq_length} tokens: not one training block"
         raise DataSourceError(fewer)
-    blocks = [stream[i * max_seq_length : (i + 1) * max_seq_length] for i in range(count)]
     masks, labels = [[1] * max_seq_length for _ in blocks], [list(block) for block in blocks]
     return {"input_ids": blocks, "attention_mask": masks, "labels": labels}

@@ -112,8 +112,7 @@ def read_hub(spec: dict[str, Any], split: str) -> list[Row]:
 
 
 def load_split(task: str, spec: dict[str, Any], split: str) -> list[Row]:
-    """Rows of `split` for `task` as the config entry `spec` describes, given the task's columns,
-    each value checked and normalised (NORMALISE)."""
+    """Rows of `split` for `task` from the source `spec` names, each checked and normalised."""
     source = spec["source"]
     if source == "standin":
         from accelstudy.data.standin import standin_rows

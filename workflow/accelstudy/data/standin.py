@@ -3,7 +3,6 @@ default study needs no network; each has its task's schema; records label it "st
 
 import random
 import re
-from collections.abc import Iterator
 from functools import cache
 from itertools import groupby
 
@@ -13,15 +12,15 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 
 
 @cache
-def _unique_paragraphs() -> tuple[tuple[str, str, str], ...]:
-    """(split, title, prose paragraph); a paragraph repeated across topics is kept only in its
-    first topic, so no text is shared between splits."""
+def corpus_paragraphs(split: str | None = None) -> tuple[tuple[str, str], ...]:
+    """(topic title, prose paragraph) pairs, from one split's topics if given; a paragraph repeated
+    across topics is kept only in its first topic, so no text is shared between splits."""
     from pydoc_data.topics import topics
 
     found: dict[str, tuple[str, str, str]] = {}
     for index, (_, text) in enumerate(sorted(topics.items())):
         # a deterministic split by topic: 20% test, 10% validation, 70% train
-        split = {0: "test", 1: "test", 2: "validation"}.get(index % 10, "train")
+        part = {0: "test", 1: "test", 2: "validation"}.get(index % 10, "train")
         title = text.strip().splitlines()[0].strip()
         for block in re.split(r"\n\s*\n", text):
             # indented blocks are code or grammar
@@ -29,13 +28,8 @@ def _unique_paragraphs() -> tuple[tuple[str, str, str], ...]:
             prose = len(block.split()) >= 8 and block.rstrip().endswith((".", ":", "?", "!"))
             if prose and not code:
                 paragraph = " ".join(block.split())
-                found.setdefault(paragraph, (split, title, paragraph))
-    return tuple(found.values())
-
-
-def corpus_paragraphs(split: str | None = None) -> Iterator[tuple[str, str]]:
-    """(topic title, prose paragraph) pairs, optionally from one split's topics only."""
-    return ((t, p) for part, t, p in _unique_paragraphs() if split is None or part == split)
+                found.setdefault(paragraph, (part, title, paragraph))
+    return tuple((t, p) for part, t, p in found.values() if split is None or part == split)
 
 
 def wikitext_rows(split: str) -> list[dict[str, str]]:
@@ -92,10 +86,8 @@ def boolq_rows(split: str) -> list[dict]:
     return rows
 
 
-BUILDERS = {"wikitext": wikitext_rows, "hellaswag": hellaswag_rows, "boolq": boolq_rows}
-
-
 def standin_rows(task: str, split: str) -> list[dict]:
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}'; expected one of {SPLITS}")
-    return BUILDERS[task](split)
+    builders = {"wikitext": wikitext_rows, "hellaswag": hellaswag_rows, "boolq": boolq_rows}
+    return builders[task](split)

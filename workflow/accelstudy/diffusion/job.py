@@ -18,10 +18,8 @@ def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags
     asked, point = point, point.replace(dtype=job.ranks_dtype(point.dtype, point.devices))
     data_card = read_record(card)  # the data card: plain JSON
     args = ["--point", point.to_json(), "--data", str(data), "--samples", str(samples)]
-    outcome = job.launch(point.devices, WORKER, args, **GAUDI_ENV)
-    metrics: dict[str, Any] = {"status": outcome["status"], **outcome.get("metrics", {})}
-    if outcome["status"] != "ok":
-        metrics["error"] = outcome.get("error", "")
+    metrics = job.launch(point.devices, WORKER, args, **GAUDI_ENV)
+    if metrics["status"] != "ok":
         samples.write_bytes(b"")  # the job's second output: empty where nothing was sampled
     source = "standin" if data_card["standin"] else "local"
     parameters = {**asked.as_dict(), "data": data_card}

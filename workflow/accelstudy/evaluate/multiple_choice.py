@@ -1,15 +1,112 @@
-"""Multiple-choice accuracy (HellaSwag, BoolQ) with shared-context scoring."""
+"""Multiple-choice accuracy (HellaSwag, BoolQ): each context runs once, its continuations packed
+after it (`score_shared_contexts`; tests/scoring_references.py holds it to scoring each in full)."""
 
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy.evaluate import Scoring
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest, encode_pair
-from accelstudy.evaluate.scoring import Item, Score, packed_length, score_shared_contexts
+
+
+@dataclass(frozen=True)
+class Score:
+    """Sum of continuation-token log-probs, their count, and whether greedy decoding agrees."""
+
+    loglikelihood: float
+    n_tokens: int
+    is_greedy: bool
+
+
+def _score(logprobs: torch.Tensor, targets: list[int]) -> Score:
+    """logprobs: (len(targets), vocab) rows predicting each target token."""
+    if not targets:  # every token of it was truncated away
+        return Score(0.0, 0, False)
+    index = torch.tensor(targets, device=logprobs.device)
+    picked = logprobs.gather(1, index[:, None]).squeeze(1)
+    greedy = bool((logprobs.argmax(-1) == index).all())
+    return Score(float(picked.double().sum()), len(targets), greedy)
+
+
+def pad_right(rows: list[list[int]], device: torch.device | None = None) -> torch.Tensor:
+    """Rows of token ids (or mask bits) right-padded with 0 to the longest, as one tensor."""
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows], device=device)
+
+
+Item = tuple[list[int], list[list[int]]]  # (context tokens, each continuation's tokens)
+
+
+def packed_length(item: Item) -> int:
+    """Its packed row's length (`_packed_rows`)."""
+    context, continuations = item
+    return len(context) + sum(max(len(c) - 1, 0) for c in continuations)
+
+
+def _packed_rows(items: list[Item]) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """Per item one row: its context, then each continuation but its last token (the last is only
+    a target); each token's position (every continuation continues the context) and segment (0 the
+    context, k the k-th continuation)."""
+    ids, positions, segments = [], [], []
+    for context, continuations in items:
+        row, pos, seg = list(context), list(range(len(context))), [0] * len(context)
+        for k, cont in enumerate(continuations, start=1):
+            row += cont[:-1]
+            pos += range(len(context), len(context) + len(cont) - 1)
+            seg += [k] * (len(cont) - 1)
+        ids.append(row)
+        positions.append(pos)
+        segments.append(seg)
+    return ids, positions, segments
+
+
+def _tree_mask(segments: list[list[int]], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive (rows, 1, width, width) mask: a token sees earlier tokens of the context and of its
+    own segment; padding sees only itself (so no row is empty), and nothing sees padding."""
+    width = max(len(s) for s in segments)
+    seg = torch.tensor([s + [-1] * (width - len(s)) for s in segments], device=device)
+    index = torch.arange(width, device=device)
+    causal = index[:, None] >= index[None, :]
+    visible = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])
+    diagonal = torch.eye(width, dtype=torch.bool, device=device)
+    allowed = (causal & visible & (seg[:, None, :] >= 0)) | diagonal
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+@torch.inference_mode()
+def score_shared_contexts(model: PreTrainedModel, items: list[Item]) -> list[list[Score]]:
+    """One pass, a row per item (`_packed_rows`): each context runs once, its continuations beside
+    it (no KV cache to repeat); the LM head runs only where a continuation token is predicted."""
+    device = next(model.parameters()).device
+    ids, positions, segments = _packed_rows(items)
+    # Module.__getattr__'s stub types a submodule's attribute as Tensor | Module
+    dtype = cast(torch.Tensor, model.get_input_embeddings().weight).dtype
+    forward: dict[str, torch.Tensor]
+    if any(max(s) > 0 for s in segments):
+        mask = _tree_mask(segments, dtype if dtype.is_floating_point else torch.float32, device)
+        forward = {"attention_mask": mask, "position_ids": pad_right(positions, device)}
+    else:  # contexts only (one-token continuations): the plain causal path, padding masked
+        forward = {"attention_mask": pad_right([[1] * len(row) for row in ids], device)}
+    hidden = model.get_decoder()(pad_right(ids, device), **forward).last_hidden_state
+    rows: list[int] = []  # the (row, column) positions predicting each continuation's tokens
+    columns: list[int] = []
+    for row, (context, continuations) in enumerate(items):
+        offset = len(context)
+        for cont in continuations:
+            rows += [row] * len(cont)
+            columns += [len(context) - 1, *range(offset, offset + len(cont) - 1)][: len(cont)]
+            offset += max(len(cont) - 1, 0)
+    index = torch.tensor([rows, columns], dtype=torch.long, device=device)
+    logprobs = F.log_softmax(model.get_output_embeddings()(hidden[index[0], index[1]]).float(), -1)
+    chunks = iter(logprobs.split([len(c) for _, continuations in items for c in continuations]))
+    return [[_score(next(chunks), c) for c in continuations] for _, continuations in items]
 
 
 @dataclass
@@ -42,9 +139,8 @@ def score_items(
     desc: str = "items",
     items_per_batch: int = 8,
 ) -> list[list[Score]]:
-    """Every item's scores, items of similar length batched; one over `max_length` as lm-eval
-    truncates it (each choice keeps the last max_length + 1 of its context + choice, scored on its
-    own). Scores do not depend on the batching (tests: 1, 8, 32 items per batch)."""
+    """Every item's scores (batching similar lengths changes none); one over `max_length` as
+    lm-eval truncates: each choice keeps the last max_length + 1 of context + choice, alone."""
     units: list[tuple[int, Item]] = []  # (item, what one packed row scores)
     for i, (context, conts) in enumerate(tokenized):
         if all(len(context) + len(c) - 1 <= max_length for c in conts):
@@ -86,18 +182,15 @@ def decide(request: ChoiceRequest, scores: list[Score], protocol: ChoiceProtocol
 
 
 def score(scoring: Scoring) -> tuple[dict[str, float], list[dict]]:
-    """Accuracy on the first `limit` items, each protocol at its own maximum length; also acc_norm
-    (character-normalised) under lm-eval's protocol."""
-    model, tokenizer = scoring.model, scoring.tokenizer
-    task, protocol, rows = scoring.task, scoring.protocol, scoring.rows
-    settings, meter, limit = scoring.settings, scoring.meter, scoring.limit
+    """Accuracy of the first `limit` items; lm-eval's protocol adds acc_norm (per character)."""
+    task, protocol, settings = scoring.task, scoring.protocol, scoring.settings
     spec = CHOICE_PROTOCOLS[(task, protocol)]
     max_length = settings[f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"]
-    requests = [spec.build(row) for row in rows[: limit or None]]
-    tokenized = [tokenize_request(tokenizer, r, spec, max_length) for r in requests]
-    scores = score_items(model, tokenized, max_length, f"{task}/{protocol}")
+    requests = [spec.build(row) for row in scoring.rows[: scoring.limit or None]]
+    tokenized = [tokenize_request(scoring.tokenizer, r, spec, max_length) for r in requests]
+    scores = score_items(scoring.model, tokenized, max_length, f"{task}/{protocol}")
     head_tokens = sum(len(c) for _, conts in tokenized for c in conts)
-    meter.ran(map(packed_length, tokenized), head_tokens=head_tokens)
+    scoring.meter.ran(map(packed_length, tokenized), head_tokens=head_tokens)
     items = [decide(r, item_scores, spec) for r, item_scores in zip(requests, scores, strict=True)]
     gold = np.array([i.gold for i in items])
 

@@ -18,9 +18,8 @@ GROUP_TEXTS_ROWS = 1000  # datasets.map's default batch, within which group_text
 
 
 def paper_blocks(tokenizer: Tokenizer, rows: list, size: int, limit: int | None) -> torch.Tensor:
-    """The authors' blocks, the first `limit`: `tokenizer(text)` per row (empty ones too, default
-    special tokens), then HF's `group_texts` per 1,000-row `datasets.map` batch: each batch cut on
-    its own, its remainder dropped (no block spans batches)."""
+    """The authors' first `limit` blocks: `tokenizer(text)` per row (empty too, default special
+    tokens), HF's `group_texts` per 1,000-row `datasets.map` batch, its remainder dropped."""
     blocks: list[list[int]] = []
     for start in range(0, len(rows), GROUP_TEXTS_ROWS):
         texts = [row["text"] for row in rows[start : start + GROUP_TEXTS_ROWS]]
@@ -48,11 +47,10 @@ def block_loss(model: nn.Module, batch: torch.Tensor) -> tuple[float, int]:
 
 
 def documents(rows: list[dict]) -> list[str]:
-    """Pages as EleutherAI/wikitext_document_level builds them from the raw file of HF's rows
-    (HF yields each line with its newline, a blank one, a single space in the file, as ""; the
-    file ends with a newline, so splitting it on "\n" ends with ""): a page starts at each line
-    that, with '= = =' and '= =' collapsed and stripped, reads '= Title ='; a page is its lines
-    joined by "\n"; one only of whitespace is dropped, except the last, which is always kept."""
+    """Pages as EleutherAI/wikitext_document_level builds them from HF's rows (each line with its
+    newline; a blank one, a single space in the raw file, as ""; the file ends with "\n", so its
+    split ends with ""): a page starts at each line reading '= Title =' once '= = =' and '= =' are
+    collapsed and it is stripped; a page only of whitespace is dropped unless it is the last."""
     pages: list[str] = []
     lines: list[str] = []
     for line in [row["text"].removesuffix("\n") if row["text"] else " " for row in rows] + [""]:
@@ -67,22 +65,19 @@ def documents(rows: list[dict]) -> list[str]:
 
 @torch.inference_mode()
 def score(scoring: Scoring) -> tuple[dict, list[dict]]:
-    """The task's perplexity under `protocol`. The paper's: exp(token-weighted mean cross-entropy
-    over the shifted positions of all blocks). lm-eval's `wikitext`: its detokenizer,
-    loglikelihood_rolling (disjoint windows, each token a target exactly once), process_results,
-    weighted perplexity and bits/byte over documents."""
+    """The paper's: exp(token-weighted mean cross-entropy over all blocks' shifted positions).
+    lm-eval's `wikitext`: its detokenizer, loglikelihood_rolling (disjoint windows, each token a
+    target once), process_results, weighted perplexity and bits/byte over documents."""
     model, tokenizer, protocol = scoring.model, scoring.tokenizer, scoring.protocol
     rows, settings, meter, limit = scoring.rows, scoring.settings, scoring.meter, scoring.limit
     device = next(model.parameters()).device
     if protocol == "paper":
         blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
-        total, count, batch_size = 0.0, 0, settings["batch_size"]
-        for start in tqdm(range(0, len(blocks), batch_size), desc="perplexity", unit="batch"):
-            batch = blocks[start : start + batch_size].to(device)
-            loss, n = block_loss(model, batch)
-            total, count = total + loss, count + n
+        losses = []
+        for batch in tqdm(blocks.split(settings["batch_size"]), desc="perplexity", unit="batch"):
+            losses.append(block_loss(model, batch.to(device)))
             meter.ran([batch.shape[1]] * batch.shape[0])
-        nll = total / count
+        nll = sum(loss for loss, _ in losses) / sum(n for _, n in losses)
         return {"perplexity": math.exp(nll), "blocks": len(blocks), "nll": nll}, []
     docs = documents(rows)[: limit or None]
     results: dict[str, list[tuple[float, int]]] = {}

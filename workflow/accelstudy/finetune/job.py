@@ -44,10 +44,7 @@ def run(
         metrics.update(status="predicted-does-not-fit", held_out_for=over)
     else:
         args = ["--point", point.to_json(), "--model-dir", str(model_dir)]
-        outcome = job.launch(point.cards, WORKER, args, point.strategy, **point.hpu_env())
-        metrics.update(outcome.get("metrics", {}), status=outcome["status"])
-        if outcome["status"] != "ok":
-            metrics["error"] = outcome.get("error", "")
+        metrics |= job.launch(point.cards, WORKER, args, point.strategy, **point.hpu_env())
     rank = point.lora.rank if point.method == "lora" else 0
     flops = training_per_token(config.to_dict(), point.max_seq_length, rank, point.lora.targets)
     metrics["flops_per_token"] = flops

@@ -35,8 +35,7 @@ GAUDI_CONFIG = PROJECT_ROOT / "envs" / "gaudi" / "gaudi_config.json"
 
 def process_env() -> dict[str, str]:
     """Each rank's share of this process's cores; DeepSpeed's JIT-compiled ops cached per
-    environment: the build names its include paths, so two virtualenvs sharing one cache
-    would rebuild the op (about 40 s) each time the other had used it."""
+    environment (the build names its include paths: a shared cache rebuilds, ~40 s, each time)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     keys = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE")
     local = next((int(os.environ[key]) for key in keys if key in os.environ), 1)
@@ -55,8 +54,7 @@ def use_own_ninja() -> None:
 
 
 def build_cpu_ops() -> None:
-    """DeepSpeed's CPU shared-memory op, built into process_env's cache when the environment is
-    made (as DeepSpeed's DS_BUILD_* pre-builds do), so that no ZeRO-3 job compiles it."""
+    """DeepSpeed's CPU shared-memory op, built with the environment: no ZeRO-3 job builds it."""
     os.environ["TORCH_EXTENSIONS_DIR"] = process_env()["TORCH_EXTENSIONS_DIR"]
     use_own_ninja()
     from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder

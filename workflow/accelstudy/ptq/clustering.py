@@ -17,9 +17,8 @@ def percentile_groups(n: int, k: int, remainder: str = "last") -> list[int]:
     """k group sizes; the leftover goes last (7/7/8 for 22 layers: paper's WikiText) or first."""
     if k > n:
         raise ValueError(f"more clusters ({k}) than layers ({n})")
-    base, extra = divmod(n, k)
-    bigger = range(k - extra, k) if remainder == "last" else range(extra)
-    return [base + (index in bigger) for index in range(k)]
+    sizes = [len(group) for group in np.array_split(range(n), k)]  # the bigger ones first
+    return sizes[::-1] if remainder == "last" else sizes
 
 
 def cluster_ranks(

@@ -68,12 +68,10 @@ Bits = Mapping[str, int | None]  # decoder Linear -> bits; None: not assigned, k
 RecipeResult = tuple[nn.Module, int, float, str]
 
 
-def weight_counts(model: PreTrainedModel) -> dict[str, int]:
-    return {e.key: e.linear.weight.numel() for e in decoder_linears(model)}
-
-
-def bits_or_16(bits: Bits) -> dict[str, int]:
-    return {key: 16 if b is None else b for key, b in bits.items()}
+def stored_ratio(model: PreTrainedModel, bits_per_weight: Mapping[str, float]) -> float:
+    """FP32 bits over the bits the decoder Linears are stored in (key -> bits per weight)."""
+    n = {e.key: e.linear.weight.numel() for e in decoder_linears(model)}
+    return 32 * sum(n.values()) / sum(n[key] * b for key, b in bits_per_weight.items())
 
 
 def fake(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
@@ -87,27 +85,25 @@ def fake(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
 def compute_in(model: nn.Module, dtype: torch.dtype) -> None:
     """Activations and all weights but stored low-precision ones (cast per matmul) in `dtype`."""
     stored = (weights.CastLinear, weights.GroupQuantLinear)
-    for module in model.modules():
-        if isinstance(module, stored):
-            continue
+    for module in (m for m in model.modules() if not isinstance(m, stored)):
         for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
             if tensor.is_floating_point() and tensor.element_size() > 1:  # not FP8 storage
                 tensor.data = tensor.data.to(dtype)
 
 
 def nvidia(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
-    n, module_bits = weight_counts(model), bits_or_16(bits)
+    module_bits = {key: 16 if b is None else b for key, b in bits.items()}
+    per_weight = {k: weights.bits_per_weight(b, job.group_size) for k, b in module_bits.items()}
+    ratio = stored_ratio(model, per_weight)  # before the Linears are swapped out
     weights.quantize_nvidia(model, module_bits, job.group_size)
-    stored = sum(n[k] * weights.bits_per_weight(b, job.group_size) for k, b in module_bits.items())
     note = "FP16 / INT8 / packed INT4 storage, dequantized before each matmul"
-    return model, saved_bytes(model), 32 * sum(n.values()) / stored, note
+    return model, saved_bytes(model), ratio, note
 
 
 def fp8(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
     """The Gaudi recipe: the high-precision cluster (bits >= 16) in BF16, the rest in FP8."""
-    fp8_keys = [key for key, b in bits_or_16(bits).items() if b < 16]
-    n = weight_counts(model)
-    ratio = 32 * sum(n.values()) / sum(n[k] * (8 if k in fp8_keys else 16) for k in n)
+    fp8_keys = [key for key, b in bits.items() if b is not None and b < 16]
+    ratio = stored_ratio(model, {key: 8 if key in fp8_keys else 16 for key in bits})
     if job.device.kind == "hpu":
         quantized = fp8_on_hpu(job, model, fp8_keys)
         note = f"Intel Neural Compressor FP8 ({job.fp8_format}) MEASURE + QUANTIZE on HPU"

@@ -18,10 +18,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accelstudy import device as devices
 from accelstudy.data.sources import read_prepared
-from accelstudy.evaluate.multiple_choice import decide, tokenize_request
+from accelstudy.evaluate.multiple_choice import Score, decide, pad_right, tokenize_request
 from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
-from accelstudy.evaluate.scoring import Score, pad_right
 from accelstudy.files import write_json
 from accelstudy.models import load_prepared
 from accelstudy.ptq import SCAN_KEYS
@@ -49,9 +48,8 @@ class Calibration:
 
     def contribution(self, index: int, logits: torch.Tensor) -> tuple[float, int]:
         """(summed loss, count) for perplexity; (correct, 1) for accuracy."""
-        batch = self.batches[index]
         if self.protocol is None:
-            return shifted_cross_entropy(logits, batch.to(logits.device))
+            return shifted_cross_entropy(logits, self.batches[index].to(logits.device))
         logprobs = F.log_softmax(logits.float(), dim=-1)
         scores = []
         for row, start, cont in self.layouts[index]:
@@ -164,10 +162,8 @@ def scan(
 
 
 def chunk_targets(all_targets: list[Target], chunks: int, index: int) -> list[Target]:
-    """The index-th of `chunks` near-equal consecutive slices."""
-    size, extra = divmod(len(all_targets), chunks)
-    start = index * size + min(index, extra)
-    return all_targets[start : start + size + (1 if index < extra else 0)]
+    """The index-th of `chunks` near-equal consecutive slices (the longer ones first)."""
+    return [all_targets[i] for i in torch.arange(len(all_targets)).tensor_split(chunks)[index]]
 
 
 def sensitivity_chunk(

@@ -21,27 +21,39 @@ from accelstudy.tasks import TASKS
 
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
 # what a system is compared on, the repeat, and what a run derives: not part of the work
-NOT_WORK: tuple[str, ...] = ("repeat", "dtype", "settings.dtype", "compute_dtype", "data.file")
-NOT_WORK += ("assignment", "data.normalisation")
+NOT_WORK = (
+    "repeat", "dtype", "settings.dtype", "compute_dtype", "data.file", "assignment",
+    "data.normalisation",
+)  # fmt: skip
 # a point's coordinates (evaluation, then fine-tuning/SR3): unmatched work is told against these
 EVALUATION = ["stage", "model", "task", "protocol", "method", "recipe"]
 POINT = [*EVALUATION, "strategy", "attention", "cards", "devices"]
 # per stage, the numbers a ratio compares (the record's primary metric is added)
 PER_TOKEN = ["j_per_token", "cost_per_mtok"]  # energy and charge for the same work
-SPEEDS = {stage: ["tokens_per_s", "mfu", *PER_TOKEN] for stage in STAGES[:2]}
-SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s", "mfu", *PER_TOKEN]
-SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s", "mfu", "j_per_image"]
-SPEEDS["diffusion"] += ["cost_per_kimage"]
-RATIOS = ["part", "quantity", "system", "reference", "ratio", "verdict", "ci95_low", "ci95_high"]
-RATIOS += ["points", "min", "max", "repeats"]
-LOWER_IS_BETTER = {f"{t.metric.name} (metric)" for t in TASKS.values() if t.metric.lower_is_better}
-LOWER_IS_BETTER |= {"train_runtime_s", *PER_TOKEN, "j_per_image", "cost_per_kimage"}
+SPEEDS = {
+    "baseline": ["tokens_per_s", "mfu", *PER_TOKEN],
+    "quantized": ["tokens_per_s", "mfu", *PER_TOKEN],
+    "finetune": ["tokens_per_s", "metric_samples_per_s", "mfu", *PER_TOKEN],
+    "diffusion": [
+        "metric_images_per_s", "metric_train_runtime_s", "mfu", "j_per_image", "cost_per_kimage",
+    ],
+}  # fmt: skip
+RATIOS = [
+    "part", "quantity", "system", "reference", "ratio", "verdict", "ci95_low", "ci95_high",
+    "points", "min", "max", "repeats",
+]  # fmt: skip
+LOWER_IS_BETTER = {
+    *(f"{t.metric.name} (metric)" for t in TASKS.values() if t.metric.lower_is_better),
+    "train_runtime_s", *PER_TOKEN, "j_per_image", "cost_per_kimage",
+}  # fmt: skip
 BOOTSTRAP = 1000  # resamples of the repeats, for the 95% interval of a ratio
 # a record's table columns: what it is, and where it comes from
 MATCH_KEYS = ["system", "stage", "model", "task", "method"]
 TRACE_KEYS = ["run", "record", "git_commit"]
-PROVENANCE = [*MATCH_KEYS, "metric", "value", "tokens_per_s", "status", *TRACE_KEYS]
-PROVENANCE += ["job", "versions", "work"]
+PROVENANCE = [
+    *MATCH_KEYS, "metric", "value", "tokens_per_s", "status", *TRACE_KEYS, "job", "versions",
+    "work",
+]  # fmt: skip
 MACHINE = "{run}: {accelerator}, {memory_per_card_gb} GB per card"  # a system's, as a run says
 LEFT_OUT = "Left out: records without a counterpart, and the keys that differ"
 
@@ -252,13 +264,13 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     sections = [
         Section("Runs", "", sites),
         Section(f"Ratios against {reference}", NOTES["ratios"].format(bootstrap=BOOTSTRAP), ratio),
-        *ptq.compared_sections(matched, out / "figures"),
-        *finetune.compared_sections(matched, out / "figures"),
-        *diffusion.compared_sections(matched, out / "figures"),
+        *ptq.sections(matched, out),  # each part's, as in a study's report, its systems apart
+        *finetune.sections(matched, out),
+        *diffusion.sections(matched, out),
         Section(LEFT_OUT, "", left_out.drop(columns=["run"])),
     ]
     counts = f"{len(matched)} matched, {len(left_out)} left out"
     intro = f"{len(records)} records from {len(sites)} runs; {counts}."
-    index = write_pages("accelstudy comparison across systems", intro, sections, out)
+    index = write_pages("accelstudy comparison across systems", intro, sections, out / "report")
     print(index)
     return index

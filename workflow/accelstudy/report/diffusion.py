@@ -14,14 +14,18 @@ from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, our_numbers, write_csv
 
 KEYS = ["system", "devices"]
-FIGURES = (figure("fig3"), figure("diffusion_samples"))  # into a report's or comparison's figures/
+FIGURES = (figure("fig3"), figure("diffusion_samples"))
 PANEL = {"lr": "low-res input", "sr": "SR3 output", "bicubic": "bicubic", "hr": "truth"}
 # the table's columns, in groups
 POINT = {k: k for k in [*KEYS, "status", "repeats", "data"]}
 TIME = {"minutes": "training minutes", "images_processed": "images trained"}
 SPEED = {"images_per_s": "images/s", "speedup": "speed-up", "efficiency": "scaling efficiency"}
-COMPUTE = {"gflop": "GFLOP per image", "gflops": "achieved GFLOP/s", "mfu": "MFU"}
-COMPUTE["parameters"] = "parameters"
+COMPUTE = {
+    "gflop": "GFLOP per image",
+    "gflops": "achieved GFLOP/s",
+    "mfu": "MFU",
+    "parameters": "parameters",
+}
 SR = {"psnr_sr": "PSNR SR (dB)", "ssim_sr": "SSIM SR"}
 BICUBIC = {"psnr_bicubic": "PSNR bicubic (dB)", "ssim_bicubic": "SSIM bicubic"}
 TRAINING = {"final_loss": "final loss", "peak": "peak MiB (max rank)"}
@@ -164,16 +168,4 @@ def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
         Section(title, note(runs), figure=FIGURES[0]),
         Section(points, NOTES["sr3_table"], table),
         Section("SR3 samples: held-out images", NOTES["sr3_samples"], figure=FIGURES[1]),
-    ]
-
-
-def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
-    """`compare`: Fig. 3 across systems and their scaling efficiency."""
-    runs = diffusion_runs(matched)
-    if runs.empty:
-        return []
-    write_figures(runs, folder)
-    return [
-        Section("Fig. 3 across systems, with the published curves", note(runs), figure=FIGURES[0]),
-        Section("SR3 scaling efficiency by system", NOTES["sr3_table"], diffusion_table(runs)),
     ]

@@ -15,9 +15,12 @@ from accelstudy.report.pages import NOTES, Section, our_numbers, write_csv
 
 STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ["fused", "eager"]
-HOLES = {"does-not-fit": "does not fit", "predicted-does-not-fit": "predicted not to fit"}
-HOLES["ok-resumed"] = "resumed from a checkpoint: not timed"
-HOLES["trains-differently"] = "flagged: its losses left DDP's (not timed)"
+HOLES = {  # why a point has no speed
+    "does-not-fit": "does not fit",
+    "predicted-does-not-fit": "predicted not to fit",
+    "ok-resumed": "resumed from a checkpoint: not timed",
+    "trains-differently": "flagged: its losses left DDP's (not timed)",
+}
 KEYS = ["system", "model", "strategy", "attention", "cards"]
 ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
 # metric columns the tables read; absent from the collected records where no point ran
@@ -25,7 +28,7 @@ PREDICTED = ["predicted_total", "predicted_model_states", "predicted_parameters"
 METRICS = ["samples_per_s", "final_loss", "peak_memory_bytes", *PREDICTED]
 WORK = 1000  # samples: the fixed amount of work whose time Fig. 2a shows
 FIG2A_AXES = {"tokens_per_s": "tokens / s", "seconds": f"seconds per {WORK:,} samples"}
-FIGURES = (figure("fig2a"), figure("fig2b"))  # written into a report's or comparison's figures/
+FIGURES = (figure("fig2a"), figure("fig2b"))
 # the table's columns, in groups: the point, its speed, what training gave, peak, model states
 POINT = {k: k for k in [*KEYS, "status", "repeats"]}
 SPEED = {"tps": "tokens/s", "spread": "tokens/s min-max", "sps": "samples/s", "mfu": "MFU"}
@@ -246,17 +249,3 @@ def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
         Section(title, f"{NOTES['finetune_table']} Peak measured as: {methods or '-'}.", table),
         Section("Fine-tuning findings: the paper's beside ours", note(runs), findings(points)),
     ]  # fmt: skip
-
-
-def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
-    """`compare`: Fig. 2 across systems and the points by status (the holes)."""
-    runs = finetune_runs(matched)
-    if runs.empty:
-        return []
-    write_figures(runs, finetune_points(runs), folder)
-    holes = runs.pivot_table("record", "status", "system", "size", fill_value=0).reset_index()
-    return [
-        Section("Fig. 2 across systems: fine-tuning against cards", figure=FIGURES[0]),
-        Section("DDP vs ZeRO-3 vs FSDP across systems", figure=FIGURES[1]),
-        Section("Fine-tuning points by status and system (does-not-fit: the holes)", "", holes),
-    ]

@@ -13,7 +13,7 @@ from accelstudy.paths import RESOURCES
 from accelstudy.points import bits_label
 from accelstudy.recipes import RECIPES
 from accelstudy.report.collect import NAN, joined
-from accelstudy.report.figures import draw, save
+from accelstudy.report.figures import draw
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.tasks import TASK_NAMES, TASKS
@@ -36,7 +36,6 @@ BASELINE_COLUMNS = [
     "model", "task", "protocol", "data", "metric", "ours", PUBLISHED_FP32, "tokens/s", "peak MiB",
 ]  # fmt: skip
 TABLE1_ROWS = ["model", "data", "task", "metric"]
-EVALUATION_KEYS = ["stage", "model", "task", "method"]  # `compare`'s tokens/s by system
 PUBLISHED_TIDY_COLUMNS = ["task", "system", "metric", "column", "value", "compression"]
 PUBLISHED_PANEL = "published: TinyLlama-1.1B (WikiText-2, HellaSwag, BoolQ)"
 PUBLISHED_TITLE = (
@@ -122,10 +121,10 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
             published_values = zip(beside["value"], beside["system"], beside["split"], strict=True)
             text = "; ".join(f"{v:g} ({s}, {split})" for v, s, split in published_values) or "-"
             numbers = [label, value, text, round(r["tokens_per_s"], 1), r["peak_memory_mib"]]
-            rows.append([*r[BASELINE_COLUMNS[:4]], *numbers, r["device"]])
+            rows.append([*r[BASELINE_COLUMNS[:4]], *numbers, r["device"], r["system"]])
     if not rows:
         return pd.DataFrame()
-    table = pd.DataFrame(rows, columns=[*BASELINE_COLUMNS, "device"])
+    table = pd.DataFrame(rows, columns=[*BASELINE_COLUMNS, "device", "system"])
     return table.sort_values(BASELINE_COLUMNS[:3]).reset_index(drop=True)
 
 
@@ -153,7 +152,15 @@ def _quantized(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame:
-    """Table 1, ours: a row per (model, data, task, metric) and a compression row."""
+    """Table 1, ours: a row per (model, data, task, metric) and a compression row; with
+    several systems (`compare`), each system's columns side by side."""
+    systems = list(dict.fromkeys(records["system"]))
+    if len(systems) > 1:
+        tables = {s: table1(records[records["system"] == s], bit_lists) for s in systems}
+        tables = {
+            s: t.set_index(TABLE1_ROWS).add_prefix(f"{s}: ") for s, t in tables.items() if len(t)
+        }
+        return pd.concat(tables.values(), axis=1).reset_index() if tables else pd.DataFrame()
     fp32, quantized = _quantized(records)
     order = bit_order([*bit_lists, *quantized["bits"]])
     real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
@@ -205,7 +212,7 @@ def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFr
     keys = quantized[["model", "task"]].drop_duplicates()
     ran = pd.concat([fp32.merge(keys), quantized]).rename(columns=OUR_TRADEOFF_NAMES)
     values = [display(m, v) for m, v in zip(ran["metric"], ran["value"], strict=True)]
-    panel = "ours: " + ran["model"] + " (" + ran["data"] + " data)"
+    panel = "ours on " + ran["system"] + ": " + ran["model"] + " (" + ran["data"] + " data)"
     our_points = ran.assign(panel=panel, metric=ran["metric"].map(metric_label), value=values)
     paper = published_tidy(published).rename(columns=PUBLISHED_TRADEOFF_NAMES)
     paper = paper[paper["task"].isin(keys["task"])].dropna(subset=["compression"])
@@ -310,7 +317,8 @@ def sections(
     tables = {"baseline_table": baseline, "table1": our_table1, "table1_published": published_table}
     for name, table in tables.items():
         write_csv(table, output(folder, name))
-    save(baseline_figure(records), output(folder, "baseline_figure"))
+    evaluated = records[records["stage"] == "baseline"]
+    draw(output(folder, "baseline_figure"), "no baseline records", baseline_figure, evaluated)
     sensitive = collect_sensitivity(sensitivity, assignments)
     empty = "no sensitivity tables in this study"
     draw(output(folder, "fig1"), empty, fig1, sensitive, calibration or {})
@@ -318,43 +326,17 @@ def sections(
     draw(output(folder, "tradeoff"), "no quantized records in this study", tradeoff_figure, points)
     standin = NOTES["standin"] if (records["data"] == "stand-in").any() else ""
     title = "Baseline (FP32) beside the published numbers"
-    baseline_section = Section(title, standin, baseline, figure("baseline_figure"))
+    shown = [Section(title, standin, baseline, figure("baseline_figure"))] if len(baseline) else []
     if our_table1.empty:
-        return [baseline_section]
+        return shown
     quantized = records[records["stage"] == "quantized"]
     measured_on = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
     table1_title = f"Table 1, ours ({measured_on} data): mixed-precision PTQ"
+    fig1_title = "Fig. 1: pruning sensitivity, tasks side by side"
     return [
-        baseline_section,
+        *shown,
         Section(table1_title, NOTES["table1"], our_table1),
         Section(PUBLISHED_TITLE, NOTES["published"], published_table),
-        Section("Fig. 1: pruning sensitivity, tasks side by side", figure=figure("fig1")),
+        *([Section(fig1_title, figure=figure("fig1"))] if len(sensitive) else []),
         Section("Quality against compression", NOTES["tradeoff"], figure=figure("tradeoff")),
-    ]
-
-
-def compared_sections(matched: pd.DataFrame, folder: Path) -> list[Section]:
-    """`compare`: Table 1 by system beside the published, quality against compression, tokens/s."""
-    if not matched["stage"].eq("quantized").any():
-        return []
-    published = load_published()
-    by_system = {s: matched[matched["system"] == s] for s in dict.fromkeys(matched["system"])}
-    # each system's Table 1 side by side (never none: some system has quantized records)
-    tables = {system: table1(part) for system, part in by_system.items()}
-    tables = {s: t.set_index(TABLE1_ROWS).add_prefix(f"{s}: ") for s, t in tables.items() if len(t)}
-    side_by_side = pd.concat(tables.values(), axis=1).reset_index()
-    points = pd.concat(tradeoff_points(p, published).assign(system=s) for s, p in by_system.items())
-    points = points[points["panel"].str.startswith("ours")]
-    style = {"hue": "system", "style": "bit list", "col": "task", "kind": "scatter", "s": 90}
-    grid = sns.relplot(points, x="compression", y="value", facet_kws={"sharey": False}, **style)
-    for ax, (_, part) in zip(grid.axes.flat, points.groupby("task", sort=False), strict=False):
-        ax.set(xlabel="compression ratio (FP32 = 1)", ylabel=part["metric"].iloc[0])
-    save(grid.figure, folder / figure("tradeoff"))
-    evaluated = matched[matched["stage"].isin(["baseline", "quantized"])]
-    speed = evaluated.pivot_table("tokens_per_s", EVALUATION_KEYS, "system", "median")
-    return [
-        Section("Table 1 by system: mixed-precision PTQ", table=side_by_side),
-        Section("Table 1, published (Gaudi2 / A100)", table=published_table1(published)),
-        Section("Quality against compression, by system", figure=figure("tradeoff")),
-        Section("Evaluation tokens/s by system and recipe", table=speed.round(1).reset_index()),
     ]
