@@ -35,7 +35,7 @@ def _harness(model, tokenizer, name: str, tasks_dir: Path, batch_size: int) -> d
         task_manager=TaskManager(include_path=str(tasks_dir)),
         log_samples=True,
         num_fewshot=0,
-        bootstrap_iters=0,
+        bootstrap_iters=1,  # >0: its closed-form standard errors (none is bootstrapped here)
     )
 
 
@@ -50,8 +50,10 @@ def test_lm_eval_protocol_matches_the_harness(task, fixture, request, cpu, stand
     ours, items = evaluate_task(model, tokenizer, task, "lm-eval", rows, EVAL_SETTINGS, cpu)
 
     assert ours["acc"] == pytest.approx(harness["acc,none"], abs=1e-12)
+    assert ours["acc_stderr"] == pytest.approx(harness["acc_stderr,none"], abs=1e-9)
     if task == "hellaswag":
         assert ours["acc_norm"] == pytest.approx(harness["acc_norm,none"], abs=1e-12)
+        assert ours["acc_norm_stderr"] == pytest.approx(harness["acc_norm_stderr,none"], abs=1e-9)
     samples = sorted(out["samples"][name], key=lambda s: s["doc_id"])
     assert len(samples) == len(items) == N_ITEMS
     for sample, item in zip(samples, items, strict=True):
@@ -108,3 +110,5 @@ def test_lm_eval_wikitext_matches_the_harness(fixture, request, cpu, standin, tm
     assert ours["target_tokens"] > EVAL_SETTINGS["lm_eval_max_length"]  # several windows
     for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
         assert ours[metric] == pytest.approx(harness[f"{metric},none"], rel=1e-6), metric
+        assert harness[f"{metric}_stderr,none"] == "N/A"  # the harness gives none: ours bootstraps
+        assert 0 < ours[f"{metric}_stderr"] < ours[metric]

@@ -24,7 +24,7 @@ from accelstudy.cli import build_parser
 from accelstudy.points import FinetunePoint
 flags = ["quantize", "--study", "s", "--system", "cpu", "--model-name", "m", "--task", "boolq",
          "--data-source", "standin", "--recipe", "fake", "--model-dir", "m", "--data", "d",
-         "--settings", "{}", "--assignment", "a", "--out", "o"]
+         "--settings", "{}", "--assignment", "a", "--out", "o", "--items", "i"]
 print(json.dumps({"cli": build_parser().parse_args(flags).group_size,
                   "point": FinetunePoint().max_steps, "schema": str(options.SCHEMAS)}))
 """

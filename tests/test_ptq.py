@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -323,6 +324,7 @@ def quantize_tiny(tmp_path, recipe, limit, **overrides):
     flags |= {"settings": {"block_size": 64, "batch_size": 4, "dtype": "float32"}, "limit": limit}
     flags |= {"assignment": tmp_path / "a.json", "recipe": recipe, "group_size": 32}
     flags |= {"symmetric": True, "out": tmp_path / "r.json", "device_kind": "cpu"}
+    flags |= {"items": tmp_path / "r.items.parquet"}
     return quantize(**flags | overrides)
 
 
@@ -348,6 +350,11 @@ def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
     metrics = record["metrics"]
     assert record["stage"] == "quantized" and record["method"] == f"{recipe} [16,4]"
     assert 100 < metrics["perplexity"] < 2000 and metrics["blocks"] == 3
+    items = pd.read_parquet(tmp_path / "r.items.parquet")  # each block's summed loss
+    assert list(items["item"]) == [0, 1, 2] and (items["tokens"] == 63).all()
+    pooled = np.exp(items["nll"].sum() / items["tokens"].sum())
+    assert pooled == pytest.approx(metrics["perplexity"], rel=1e-5)
+    assert 0 < metrics["perplexity_stderr"] < metrics["perplexity"]
     expected_model_ratio = {"fake": 1.0, "nvidia": 1.2, "fp8": 1.2, "bf16": 1.9}[recipe]
     assert metrics["model_compression_ratio"] >= expected_model_ratio
     if recipe == "fp8":

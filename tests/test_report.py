@@ -271,13 +271,20 @@ def test_table1_rows_per_task_and_metric_columns_in_the_papers_order(study):
         "FP16/INT8 [8,4,4]",
     ]
     rows = table.set_index(["task", "metric"])
-    assert list(rows.index) == [
+    assert list(rows.index) == [  # records without items: their uncertainty unknown ("-")
         ("boolq", "accuracy % (ties no)"),
+        ("boolq", "accuracy % (ties no) ±95%"),
+        ("boolq", "accuracy % (ties no) p vs baseline"),
         ("boolq", "accuracy % (ties yes)"),
+        ("boolq", "accuracy % (ties yes) ±95%"),
+        ("boolq", "accuracy % (ties yes) p vs baseline"),
         ("boolq", "compression ×"),
         ("wikitext", "perplexity"),
+        ("wikitext", "perplexity ±95%"),
+        ("wikitext", "perplexity p vs baseline"),
         ("wikitext", "compression ×"),
     ]
+    assert rows.filter(like="±95%", axis=0).iloc[:, 2:].isna().all().all()
     # written [8,4,4] first (fake: base + 0.01), [16,8,4] (+ 0.02), [8,8,4] (+ 0.03)
     assert rows.loc[("wikitext", "perplexity")].iloc[2:6].tolist() == [19.5, 19.52, 19.53, 19.51]
     assert rows.loc[("wikitext", "perplexity"), "FP16/INT8 [8,4,4]"] == 19.52
@@ -385,7 +392,7 @@ def test_report_has_every_table_and_figure(study):
     for name in ("baseline.png", "sensitivity.png", "tradeoff.png"):
         assert (figures / name).stat().st_size > 20_000, name
     page = index.read_text()
-    assert page.count("<table") == 3 and page.count("<img") == 3
+    assert page.count("<table") == 4 and page.count("<img") == 3  # + quantized vs baseline
     # no pivot's columns name leaks into Table 1 as an empty first column headed "column"
     assert "<th>column</th>" not in page and "<th></th>" not in page
     markdown = (inputs["results_dir"] / "report" / "report.md").read_text()
@@ -443,9 +450,13 @@ def test_finetune_table_speed_up_efficiency_and_memory(finetune_points):
         "status",
         "repeats",
         "tokens/s",
-        "tokens/s min-max",
+        "tokens/s interval",
         "samples/s",
         "MFU",
+        "J/token",
+        "J/token interval",
+        "charge per 1M tokens",
+        "charge interval",
         "speed-up",
         "scaling efficiency",
         "final loss",
@@ -469,8 +480,9 @@ def test_finetune_table_speed_up_efficiency_and_memory(finetune_points):
     ]
     ddp = rows.loc[("DDP", "fused", 2)]
     assert ddp[
-        ["repeats", "tokens/s", "tokens/s min-max", "speed-up", "scaling efficiency"]
-    ].tolist() == [3, 180.0, "170.0-190.0", 1.8, 0.9]
+        ["repeats", "tokens/s", "tokens/s interval", "speed-up", "scaling efficiency"]
+    ].tolist() == [3, 180.0, "170-190 (3 repeats, 75%)", 1.8, 0.9]
+    assert rows.loc[("DDP", "eager", 2), "tokens/s interval"] == "one repeat: spread unknown"
     assert ddp[
         ["samples/s", "final loss", "peak GiB (max rank)", "predicted GiB", "peak / predicted"]
     ].tolist() == [2.812, 6.25, 0.5, 1.0, 0.5]
@@ -482,7 +494,7 @@ def test_finetune_table_speed_up_efficiency_and_memory(finetune_points):
     assert rows.loc[("FSDP", "fused", 2), ["speed-up", "scaling efficiency"]].tolist() == [1, 1]
     hole = rows.loc[("ZeRO-3", "fused", 2)]
     assert hole["status"] == "does-not-fit" and pd.isna(hole["tokens/s"])
-    assert hole["tokens/s min-max"] == "-" and hole["predicted GiB"] == 1.0
+    assert hole["tokens/s interval"] == "-" and hole["predicted GiB"] == 1.0
 
 
 def test_findings_beside_the_papers(finetune_points):
@@ -539,7 +551,7 @@ def test_report_with_finetune(tmp_path):
     table = pd.read_csv(inputs["results_dir"] / "tables" / "finetune.csv")
     assert len(table) == 8 and table["speed-up"].max() == 1.957
     page = index.read_text()
-    assert page.count("<table") == 8 and page.count("<img") == 5  # + what to run where
+    assert page.count("<table") == 9 and page.count("<img") == 5  # + what to run where
     markdown = (inputs["results_dir"] / "report" / "report.md").read_text()
     assert "## Fig. 2a: fine-tuning throughput" in markdown
     assert "## What to run where: the fastest, cheapest and least-energy point" in markdown

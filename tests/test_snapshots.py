@@ -125,7 +125,8 @@ def test_the_job_record_names_repo_and_commit(saved, tmp_path):
     settings = {"batch_size": 4, "boolq_max_length": 512, "dtype": "float32"}
     flags = {"study": "t", "system": "cpu", "model_name": "tiny", "model_dir": out}
     flags |= {"task": "boolq", "data": data, "data_source": "standin", "settings": settings}
-    record = baseline(protocol="paper", limit=4, out=tmp_path / "r.json", **flags)
+    items = tmp_path / "r.items.parquet"
+    record = baseline(protocol="paper", limit=4, out=tmp_path / "r.json", items=items, **flags)
     model = {"source": "hf", "id": REPO, "revision": "main", "commit": COMMIT}
     assert record["inputs"]["model"] == model | {"dtype_on_disk": ["F32"]}
     assert record["inputs"]["data"]["generator"] == "accelstudy stand-in 1"

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -150,6 +151,16 @@ def test_ptq_records_and_assignment(study):
     assert real["metrics"]["perplexity"] == pytest.approx(ppl, rel=0.05)
     report = (base / "report" / "report.md").read_text()
     assert "Table 1" in report and "[16,8,4]" in report
+    # each evaluation's items beside its record: a perplexity's blocks, paired with FP32's
+    items = pd.read_parquet(measured / "fake.items.parquet")
+    pooled = np.exp(items["nll"].sum() / items["tokens"].sum())
+    assert pooled == pytest.approx(fake["metrics"]["perplexity"], rel=1e-5)
+    assert fake["metrics"]["perplexity_stderr"] > 0
+    table1 = pd.read_csv(base / "tables" / "table1.csv").set_index(["task", "metric"])
+    assert table1.loc[("wikitext", "perplexity ±95%"), "FP32"] > 0
+    assert 0 <= table1.loc[("wikitext", "perplexity p vs baseline"), "[16,8,4]"] <= 1
+    told = report[report.index("## Quantized against the baseline") :]
+    assert "Differs:" in told and "Cannot be told from zero:" in told and "80% power" in told
 
 
 def test_report_written(study):
@@ -166,18 +177,31 @@ def test_where_the_time_went(study):
     rules = pd.read_csv(tables / "time_rules.csv").set_index("rule")
     jobs = pd.read_csv(tables / "time_jobs.csv")
     ran = {"prepare_model": 1, "prepare_data": 4, "baseline": 4, "sensitivity": 2, "cluster": 2}
-    ran |= {"gather_sensitivity": 1, "quantize": 4, "finetune": 1, "diffusion": 2}
+    ran |= {"gather_sensitivity": 1, "quantize": 4, "finetune": 3, "diffusion": 6}  # 3 repeats
     for rule, count in ran.items():
         assert rules.loc[rule, "jobs"] == count, rule
     timed = jobs.dropna(subset=["startup_s"])
     assert set(timed["rule"]) == {"baseline", "quantize", "finetune", "diffusion"}
-    assert len(timed) == 4 + 4 + 1 + 2 and timed["wall_s"].notna().all()
+    assert len(timed) == 4 + 4 + 3 + 6 and timed["wall_s"].notna().all()
     assert (timed["startup_s"] > 0).all() and (timed["measured_s"] >= 0).all()
     assert (timed["startup_s"] + timed["measured_s"] <= timed["wall_s"] + 0.2).all()
     record = json.loads((study / "results/tiny/cpu/baseline/tiny/boolq/paper.json").read_text())
     times = record["provenance"]["timeline"]
     assert 0 < times["ready_s"] <= times["measured_s"] < times["end_s"]
     assert "Where the time went" in (study / "results/tiny/report/report.md").read_text()
+
+
+def test_repeats_get_their_interval(study):
+    """The tiny study repeats each fine-tuning and SR3 point 3 times: the tables give each
+    point's median with its repeats' min-max and the rule's 75% (Fig. 2 and 3 draw the same)."""
+    tables = study / "results" / "tiny" / "tables"
+    points = pd.read_csv(tables / "finetune.csv")
+    assert (points["repeats"] == 3).all()
+    assert points["tokens/s interval"].str.endswith("(3 repeats, 75%)").all()
+    sr3 = pd.read_csv(tables / "diffusion.csv")
+    assert sr3["images/s interval"].str.endswith("(3 repeats, 75%)").all()
+    low, high = (float(x) for x in sr3.loc[0, "images/s interval"].split(" ")[0].split("-"))
+    assert 0.999 * low <= sr3.loc[0, "images/s"] <= 1.001 * high  # shown to 4 digits
 
 
 def test_second_invocation_has_nothing_to_do(study):
@@ -190,8 +214,8 @@ KNOBS = [  # (config changes, the jobs they re-run besides report and all)
     ({"tasks.hellaswag.limit": 13}, {"baseline": 2}),
     ({"ptq.calibration_limit": {"wikitext": 4}, "tasks.boolq.limit": 11}, {"baseline": 1}),
     ({"ptq.bit_lists": [[16, 8, 4], [8, 2]]}, {"cluster": 1, "quantize": 2}),
-    ({"diffusion.quality.sampling_steps": 4}, {"diffusion": 2}),
-    ({"diffusion.data.patches": 20}, {"prepare_dust": 1, "diffusion": 2}),
+    ({"diffusion.quality.sampling_steps": 4}, {"diffusion": 6}),
+    ({"diffusion.data.patches": 20}, {"prepare_dust": 1, "diffusion": 6}),
     ({"ptq.sparsity": 0.5},
      {"sensitivity": 2, "gather_sensitivity": 1, "cluster": 2, "quantize": 4}),
 ]  # fmt: skip
@@ -246,6 +270,7 @@ def compared(study, tmp_path_factory):
     config["evaluation"]["dtype"] = config["diffusion"]["dtype"] = "bfloat16"
     config["tasks"]["hellaswag"]["limit"] = 13
     config["ptq"]["bit_lists"] = [[16, 8, 4]]  # the first run's [8, 4] has no counterpart
+    config["finetune"]["repeats"] = config["diffusion"]["repeats"] = 1  # the first: 3 (time)
     config["compare"] = {"runs": [str(results)], "reference": "cpu", "out": str(workdir / "cmp")}
     result = snakemake(workdir, "--cores", "2", "all", "compare", config=config)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -283,8 +308,17 @@ def test_two_systems_compared_part_by_part(compared):
     matched = pd.read_csv(compared / "tables" / "matched.csv")
     assert matched["record"].map(lambda p: Path(p).is_file()).all()
     report = (compared / "report" / "report.md").read_text()
-    for title in ("Table 1, ours", "Fig. 2a", "Fig. 3", "SR3 samples"):
+    for title in ("Table 1, ours", "Fig. 2a", "Fig. 3", "SR3 samples", "item by item"):
         assert title in report
+    # the same items on both systems: each metric's paired difference, with its interval
+    paired = pd.read_csv(compared / "tables" / "paired.csv")
+    assert {"baseline", "quantized"} <= set(paired["stage"]) and (
+        paired["system"] == "cpu-bf16"
+    ).all()
+    assert (paired["ci95_low"] <= paired["difference"]).all()
+    assert (paired["difference"] <= paired["ci95_high"]).all()
+    metrics = ratios[ratios["quantity"].str.endswith("(metric)")]
+    assert metrics["paired_difference"].notna().all() and metrics["paired_ci95_low"].notna().all()
     assert "cpu: FP32" in report and "cpu-bf16: BF16 baseline" in report  # Table 1 by system
     assert all((compared / "report" / "figures" / f).stat().st_size > 0 for f in (
         "tradeoff.png", "finetune_scaling.png", "diffusion_scaling.png"))  # fmt: skip

@@ -80,7 +80,8 @@ SHARED: dict[str, dict[str, Any]] = {
     **{name: {"required": True} for name in
        ("study", "system", "model-name", "task", "data-source", "recipe")},
     **{name: {"type": Path, "required": True} for name in
-       ("configfile", "model-dir", "data", "out", "card", "table", "assignment", "samples")},
+       ("configfile", "model-dir", "data", "out", "card", "table", "assignment", "samples",
+        "items")},
     **{name: {"type": _json, "required": True} for name in ("spec", "point", "bits", "settings")},
     "limit": argument("tasks.*.limit"),
     "seed": argument("seed"),
@@ -104,7 +105,8 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "baseline": ("evaluate the unquantized model on one task", "evaluate.baseline:baseline",
         ["study", "system", "model-name", "task", "data-source",
          ("protocol", {"required": True, "choices": ["paper", "lm-eval"]}), "model-dir", "data",
-         ("settings", {"help": "the evaluation config block"}), "limit", "device", "out"]),
+         ("settings", {"help": "the evaluation config block"}), "limit", "device", "out",
+         ("items", {"help": "per-item results (Parquet)"})]),
     "report": ("collect records into tables, figures and the report", _report,
         ["study", ("system", {"help": "whose records the sections show", "required": False}),
          ("records", {"type": Path, "nargs": "+", "required": True}),
@@ -130,7 +132,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("symmetric", "ptq.symmetric"),
          ("calibration", {"type": Path, "help": "calibration split (FP8 MEASURE pass)"}),
          ("fp8-format", "ptq.fp8_format"), ("fp8-without-hpu", "ptq.fp8_without_hpu"),
-         ("device", {"choices": None}), "out"]),
+         ("device", {"choices": None}), "out", ("items", {"help": "per-item results (Parquet)"})]),
     "prepare-instructions": ("instruction data for fine-tuning, cached",
         "data.instructions:prepare_instructions",
         [("spec", {"help": "the finetune.data config entry"}), "out"]),

@@ -4,7 +4,8 @@ rule baseline:
         model=f"{RESULTS}/models/{{model}}",
         data=STUDY.eval_split_file,
     output:
-        f"{MEASURED}/baseline/{{model}}/{{task}}/{{protocol}}.json",
+        record=f"{MEASURED}/baseline/{{model}}/{{task}}/{{protocol}}.json",
+        per_item=f"{MEASURED}/baseline/{{model}}/{{task}}/{{protocol}}.items.parquet",
     log:
         f"{MEASURED}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
     benchmark:
@@ -25,4 +26,4 @@ rule baseline:
         "--system {params.system:q} --model-name {wildcards.model:q} "
         "--model-dir {input.model:q} --task {wildcards.task:q} --protocol {wildcards.protocol:q} "
         "--data {input.data:q} --data-source {params.source:q} --settings {params.settings:q} "
-        "--limit {params.limit:q} --out {output:q} > {log:q} 2>&1"
+        "--limit {params.limit:q} --out {output.record:q} --items {output.per_item:q} > {log:q} 2>&1"

@@ -78,7 +78,8 @@ rule quantize:
         assignment=f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
         calibration=STUDY.calibration_file,
     output:
-        f"{MEASURED}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
+        record=f"{MEASURED}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
+        per_item=f"{MEASURED}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.items.parquet",
     log:
         f"{MEASURED}/logs/quantize/{{model}}-{{task}}-{{granularity}}-{{bits}}-{{recipe}}.log",
     benchmark:
@@ -104,4 +105,5 @@ rule quantize:
         "--model-dir {input.model:q} --data {input.data:q} --settings {params.settings:q} "
         "--limit {params.limit:q} --assignment {input.assignment:q} "
         "--group-size {params.group_size:q} --symmetric {params.symmetric:q} "
-        "--calibration {input.calibration:q} {params.fp8} --out {output:q} > {log:q} 2>&1"
+        "--calibration {input.calibration:q} {params.fp8} --out {output.record:q} "
+        "--items {output.per_item:q} > {log:q} 2>&1"

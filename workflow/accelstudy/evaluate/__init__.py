@@ -6,12 +6,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+import pandas as pd
 from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy import flops, timeline
 from accelstudy.device import Device
 from accelstudy.tasks import TASKS, Kind
+from accelstudy.uncertainty import stderrs
 
 PROTOCOLS = ("paper", "lm-eval")
 # a task's kind -> its scorer's module (imported when used: perplexity imports lm_eval's tasks)
@@ -85,7 +87,7 @@ def evaluate_task(
     device: Device,
     limit: int | None = None,
 ) -> tuple[dict[str, Any], list[dict]]:
-    """Metrics (with tokens/s, wall time, peak memory) and per-item details."""
+    """Metrics (with tokens/s, wall time, peak memory, standard errors) and per-item details."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; expected one of {PROTOCOLS}")
     spec = TASKS[task]
@@ -94,5 +96,6 @@ def evaluate_task(
         scoring = Scoring(model, tokenizer, task, protocol, rows, settings, meter, limit)
         metrics, details = scorer.score(scoring)
     metrics.update(meter.metrics(model.config.to_dict()))
+    metrics |= stderrs(pd.DataFrame(details), metrics)  # each metric's, from its items
     metrics["primary_metric"] = spec.metric.name
     return metrics, details

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import pandas as pd
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
@@ -11,6 +12,7 @@ from transformers import PreTrainedTokenizerBase as Tokenizer
 from accelstudy import device as devices
 from accelstudy.data.sources import read_prepared, read_source
 from accelstudy.evaluate import evaluate_task
+from accelstudy.files import atomic_open
 from accelstudy.models import load_prepared
 from accelstudy.records import Job, Record
 from accelstudy.snapshots import identity
@@ -27,17 +29,22 @@ class EvalJob(Job):
     data_source: str
     settings: dict[str, Any]
     limit: int | None
+    items: Path  # each item's outcome (Parquet, not JSON: `compare` reads *.json as records)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.measure_energy()
 
     def evaluate(self, model: nn.Module, tokenizer: Tokenizer, protocol: str) -> dict[str, Any]:
-        """The metrics of a prepared model (a recipe's result: still the Hugging Face model)."""
+        """The metrics of a prepared model (a recipe's result: still the Hugging Face model);
+        its items beside them, so two evaluations of the same items can be paired."""
         model.to(self.device.torch)
         rows = read_prepared(self.data)
         args = (self.task, protocol, rows, self.settings, self.device, self.limit)
-        return evaluate_task(cast(PreTrainedModel, model), tokenizer, *args)[0]
+        metrics, items = evaluate_task(cast(PreTrainedModel, model), tokenizer, *args)
+        with atomic_open(self.items, "wb") as handle:
+            pd.DataFrame(items).to_parquet(handle, index=False)
+        return metrics
 
     def measured(self, **fields: Any) -> Record:
         """An evaluation's record: this job's model, task and data, and `fields`."""

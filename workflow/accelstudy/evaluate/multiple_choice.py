@@ -193,14 +193,15 @@ def score(scoring: Scoring) -> tuple[dict[str, float], list[dict]]:
     scoring.meter.ran(map(packed_length, tokenized), head_tokens=head_tokens)
     items = [decide(r, item_scores, spec) for r, item_scores in zip(requests, scores, strict=True)]
     gold = np.array([i.gold for i in items])
-
-    def share(predictions: list[int | None]) -> float:
-        return float(np.mean(np.array(predictions) == gold))
-
-    metrics = {"items": len(items), "acc": share([i.prediction for i in items])}
+    chosen: dict[str, list[int | None]] = {"acc": [i.prediction for i in items]}
     # BoolQ paper: the same items under each of its tie rules
-    metrics |= {n: share([i.predictions[n] for i in items]) for n in spec.ties if n != "acc"}
+    chosen |= {n: [i.predictions[n] for i in items] for n in spec.ties if n != "acc"}
     if spec.normalisation == "none":
-        metrics["acc_norm"] = share([i.prediction_norm for i in items])
-    metrics["accuracy"] = metrics[spec.quoted]
-    return metrics, [asdict(i) for i in items]
+        chosen["acc_norm"] = [i.prediction_norm for i in items]
+    chosen["accuracy"] = chosen[spec.quoted]
+    correct = {name: np.array(picks) == gold for name, picks in chosen.items()}
+    metrics = {"items": len(items), **{name: float(np.mean(c)) for name, c in correct.items()}}
+    per_item = [
+        {f"correct_{name}": bool(c[k]) for name, c in correct.items()} for k in range(len(items))
+    ]
+    return metrics, [{"item": k, **asdict(i), **per_item[k]} for k, i in enumerate(items)]

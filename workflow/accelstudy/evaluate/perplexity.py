@@ -42,8 +42,12 @@ def shifted_cross_entropy(logits: torch.Tensor, batch: torch.Tensor) -> tuple[fl
 
 
 @torch.inference_mode()
-def block_loss(model: nn.Module, batch: torch.Tensor) -> tuple[float, int]:
-    return shifted_cross_entropy(model(batch).logits, batch)
+def block_loss(model: nn.Module, batch: torch.Tensor) -> tuple[float, int, list[float]]:
+    """The batch's summed loss and target count (as the paper sums), and each block's loss."""
+    logits = model(batch).logits
+    targets = torch.cat([batch[:, 1:], torch.full_like(batch[:, :1], -100)], dim=1).flatten()
+    each = F.cross_entropy(logits.flatten(0, 1).float(), targets, reduction="none")
+    return *shifted_cross_entropy(logits, batch), each.view(len(batch), -1).sum(1).tolist()
 
 
 def documents(rows: list[dict]) -> list[str]:
@@ -71,14 +75,20 @@ def score(scoring: Scoring) -> tuple[dict, list[dict]]:
     model, tokenizer, protocol = scoring.model, scoring.tokenizer, scoring.protocol
     rows, settings, meter, limit = scoring.rows, scoring.settings, scoring.meter, scoring.limit
     device = next(model.parameters()).device
+    items: list[dict] = []  # per block or document: what its perplexity sums (to pair, resample)
     if protocol == "paper":
         blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
         losses = []
         for batch in tqdm(blocks.split(settings["batch_size"]), desc="perplexity", unit="batch"):
-            losses.append(block_loss(model, batch.to(device)))
+            loss, count, each = block_loss(model, batch.to(device))
+            losses.append((loss, count))
+            targets = batch.shape[1] - 1
+            items += [
+                {"item": len(items) + k, "nll": v, "tokens": targets} for k, v in enumerate(each)
+            ]
             meter.ran([batch.shape[1]] * batch.shape[0])
         nll = sum(loss for loss, _ in losses) / sum(n for _, n in losses)
-        return {"perplexity": math.exp(nll), "blocks": len(blocks), "nll": nll}, []
+        return {"perplexity": math.exp(nll), "blocks": len(blocks), "nll": nll}, items
     docs = documents(rows)[: limit or None]
     results: dict[str, list[tuple[float, int]]] = {}
     n_tokens, prefix, max_length = 0, lm_eval_prefix(tokenizer), settings["lm_eval_max_length"]
@@ -96,7 +106,10 @@ def score(scoring: Scoring) -> tuple[dict, list[dict]]:
             meter.ran([inputs.shape[1]])
         for name, pair in process_results({"page": page}, [loglikelihood]).items():
             results.setdefault(name, []).append(pair)
+        words, page_bytes = results["word_perplexity"][-1][1], results["byte_perplexity"][-1][1]
+        items.append({"item": len(items), "neg_loglikelihood": -loglikelihood, "words": words,
+                      "bytes": page_bytes, "tokens": len(tokens)})  # fmt: skip
     metrics = {n: weighted_perplexity(results[n]) for n in ("word_perplexity", "byte_perplexity")}
     metrics["bits_per_byte"] = bits_per_byte(results["bits_per_byte"])
     metrics["perplexity"] = metrics["word_perplexity"]
-    return {**metrics, "documents": len(docs), "target_tokens": n_tokens}, []
+    return {**metrics, "documents": len(docs), "target_tokens": n_tokens}, items

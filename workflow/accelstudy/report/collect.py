@@ -104,6 +104,12 @@ def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
     return pd.DataFrame([{**flatten(read_json(p)), "record": p} for p in paths])
 
 
+def items_of(record: str | None) -> pd.DataFrame | None:
+    """The items an evaluation record's job wrote beside it (None: a record from before)."""
+    path = Path(record or "-").with_suffix(".items.parquet")
+    return pd.read_parquet(path) if path.is_file() else None
+
+
 def joined(values: Iterable[str]) -> str:
     """The distinct values in order of appearance, as "a, b"."""
     return ", ".join(dict.fromkeys(values))

@@ -15,9 +15,10 @@ from accelstudy.files import read_json
 from accelstudy.paths import MEASURING_FOLDERS, system_folders
 from accelstudy.records import SCHEMA_VERSION, validate_record
 from accelstudy.report import diffusion, finetune, ptq
-from accelstudy.report.collect import flatten, joined
+from accelstudy.report.collect import flatten, items_of, joined
 from accelstudy.report.pages import NOTES, Section, write_csv, write_pages, write_records
 from accelstudy.tasks import TASKS
+from accelstudy.uncertainty import REPEATS_RULE, holm, paired_difference
 
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
 # what a system is compared on, the repeat, and what a run derives: not part of the work
@@ -39,14 +40,13 @@ SPEEDS = {
     ],
 }  # fmt: skip
 RATIOS = [
-    "part", "quantity", "system", "reference", "ratio", "verdict", "ci95_low", "ci95_high",
+    "part", "quantity", "system", "reference", "ratio", "verdict", "interval_low", "interval_high",
     "points", "min", "max", "repeats",
 ]  # fmt: skip
 LOWER_IS_BETTER = {
     *(f"{t.metric.name} (metric)" for t in TASKS.values() if t.metric.lower_is_better),
     "train_runtime_s", *PER_TOKEN, "j_per_image", "cost_per_kimage",
 }  # fmt: skip
-BOOTSTRAP = 1000  # resamples of the repeats, for the 95% interval of a ratio
 # a record's table columns: what it is, and where it comes from
 MATCH_KEYS = ["system", "stage", "model", "task", "method"]
 TRACE_KEYS = ["run", "record", "git_commit"]
@@ -189,16 +189,15 @@ def verdict(quantity: str, ratio: float) -> str:
     return "better" if (ratio > 1) != (quantity in LOWER_IS_BETTER) else "worse"
 
 
-def bootstrap_ci(values: dict[str, list[np.ndarray]], other: str, reference: str) -> list:
-    """95% percentile interval of the ratio, resampling each point's repeats; 3 or more a side."""
-    if min(len(v) for side in (other, reference) for v in values[side]) < 3:
+def repeats_bounds(values: dict[str, list[np.ndarray]], other: str, reference: str) -> list:
+    """The ratio's interval by the repeats rule (uncertainty.REPEATS_RULE): per point, the
+    lowest over the highest repeat and the highest over the lowest; over points, the median of
+    those bounds; none where a side has one repeat (its spread unknown)."""
+    if min(len(v) for side in (other, reference) for v in values[side]) < 2:
         return [None, None]
-    rng, medians = np.random.default_rng(0), []
-    for side in (other, reference):  # medians of (resamples, points), drawn in this order
-        picks = [v[rng.integers(0, len(v), (BOOTSTRAP, len(v)))] for v in values[side]]
-        medians.append(np.stack([np.median(p, axis=1) for p in picks], axis=1))
-    ratio = np.median(medians[0] / medians[1], axis=1)
-    return [round(float(x), 4) for x in np.percentile(ratio, [2.5, 97.5])]
+    pairs = list(zip(values[other], values[reference], strict=True))
+    lows, highs = [o.min() / r.max() for o, r in pairs], [o.max() / r.min() for o, r in pairs]
+    return [round(float(np.median(bounds)), 4) for bounds in (lows, highs)]
 
 
 def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
@@ -227,10 +226,38 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
             repeats = f"{both[('size', other)].median():g} / {both[('size', reference)].median():g}"
             sides = {s: [values[(w, s)] for w in both.index] for s in (other, reference)}
             middle = ratio.median()
-            row = [stage, quantity, other, reference, middle, verdict(quantity, middle)]
-            row += [*bootstrap_ci(sides, other, reference), len(ratio), ratio.min(), ratio.max()]
+            low, high = repeats_bounds(sides, other, reference)
+            told = verdict(quantity, middle)
+            if low is not None and low <= 1 <= high:
+                told = f"{told}, within the repeats' interval" if told != "same" else told
+            row = [stage, quantity, other, reference, middle, told, low, high]
+            row += [len(ratio), ratio.min(), ratio.max()]
             rows.append(dict(zip(RATIOS, [*row, repeats], strict=True)))
     return pd.DataFrame(rows).round(4)
+
+
+def paired_items(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per evaluation both systems ran (the same work, hence the same items) and its primary
+    metric: the system minus the reference, item by item, with its 95% interval and Holm's p."""
+    ok = matched[matched["stage"].isin(STAGES[:2]) & matched["status"].isin(["", "ok"])]
+    rows = []
+    for _, part in ok.groupby("work", sort=False):
+        first = part.drop_duplicates("system").set_index("system")  # each system's first repeat
+        if (
+            reference not in first.index
+            or (theirs := items_of(str(first.at[reference, "record"]))) is None
+        ):
+            continue
+        for system, ran in first.drop(index=reference).iterrows():
+            if (ours := items_of(ran["record"])) is not None:
+                found = paired_difference(ran["metric"], ours, theirs)
+                point = {k: ran[k] for k in ("stage", "model", "task", "method")}
+                quantity = f"{ran['metric']} (metric)"
+                rows.append({**point, "quantity": quantity, "system": system, **found})
+    table = pd.DataFrame(rows)
+    if len(table):
+        table["p (Holm)"] = holm(table["p"].to_numpy()).round(4)
+    return table.round(6)
 
 
 def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None) -> Path:
@@ -254,16 +281,24 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     if reference not in systems:
         raise CompareError(f"--reference '{reference}' is none of the runs' systems {systems}")
     matched, left_out = split(records)
-    ratio = ratios(matched, reference)
+    ratio, paired = ratios(matched, reference), paired_items(matched, reference)
+    if len(paired):  # each metric's item-level difference beside its ratio (one point: its own)
+        summary = paired.groupby(["stage", "quantity", "system"]).agg(
+            paired_difference=("difference", "median"), paired_points=("items", "size"),
+            paired_ci95_low=("ci95_low", "min"), paired_ci95_high=("ci95_high", "max"),
+        )  # fmt: skip
+        ratio = ratio.join(summary, on=["part", "quantity", "system"])
     write_records(records, out / "tables")
     write_csv(matched[PROVENANCE], out / "tables" / "matched.csv")
     write_csv(left_out, out / "tables" / "left_out.csv")
     write_csv(ratio, out / "tables" / "ratios.csv")
+    write_csv(paired, out / "tables" / "paired.csv")
     by_site = records.groupby(["run", "system", "accelerator"], sort=False, as_index=False)
     sites = by_site.agg(records=("record", "size"), commits=("git_commit", joined))
     sections = [
         Section("Runs", "", sites),
-        Section(f"Ratios against {reference}", NOTES["ratios"].format(bootstrap=BOOTSTRAP), ratio),
+        Section(f"Ratios against {reference}", NOTES["ratios"].format(rule=REPEATS_RULE), ratio),
+        Section("Metrics item by item, against the reference", NOTES["paired"], paired),
         *ptq.sections(matched, out),  # each part's, as in a study's report, its systems apart
         *finetune.sections(matched, out),
         *diffusion.sections(matched, out),

@@ -9,9 +9,10 @@ import seaborn as sns
 
 from accelstudy.paths import RESOURCES
 from accelstudy.report.collect import joined
-from accelstudy.report.figures import SPREAD, draw
+from accelstudy.report.figures import draw
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, our_numbers, write_csv
+from accelstudy.uncertainty import SPREAD, repeats_interval
 
 KEYS = ["system", "devices"]
 FIGURES = (figure("fig3"), figure("diffusion_samples"))
@@ -19,7 +20,10 @@ PANEL = {"lr": "low-res input", "sr": "SR3 output", "bicubic": "bicubic", "hr": 
 # the table's columns, in groups
 POINT = {k: k for k in [*KEYS, "status", "repeats", "data"]}
 TIME = {"minutes": "training minutes", "images_processed": "images trained"}
-SPEED = {"images_per_s": "images/s", "speedup": "speed-up", "efficiency": "scaling efficiency"}
+SPEED = {
+    "images_per_s": "images/s", "spread": "images/s interval", "speedup": "speed-up",
+    "efficiency": "scaling efficiency", "j_per_image": "J/image", "j_spread": "J/image interval",
+}  # fmt: skip
 COMPUTE = {
     "gflop": "GFLOP per image",
     "gflops": "achieved GFLOP/s",
@@ -68,11 +72,13 @@ def diffusion_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=list(COLUMNS.values()))
     ok = runs[runs["status"] == "ok"].assign(peak=runs["peak_memory_mib"])
-    medians = ok.groupby(KEYS)[["minutes", "mfu", *METRICS]].median()
+    medians = ok.groupby(KEYS)[["minutes", "mfu", "j_per_image", *METRICS]].median()
     points = runs.groupby(KEYS).agg(
         status=("status", joined), repeats=("status", "size"), data=("data", joined)
     )
-    points = points.join(medians).join(ok.groupby(KEYS)["peak"].max()).reset_index()
+    spreads = ok.groupby(KEYS)[["images_per_s", "j_per_image"]].agg(repeats_interval)
+    spreads = spreads.set_axis(["spread", "j_spread"], axis=1)
+    points = points.join([medians, spreads, ok.groupby(KEYS)["peak"].max()]).reset_index()
     gflop, gflops = points["flops_per_image"] / 1e9, points["achieved_flops_per_s"] / 1e9
     points = scaling(points, "system").assign(gflop=gflop, gflops=gflops)
     counts = {"images trained": "Int64", "parameters": "Int64"}

@@ -1,5 +1,4 @@
-"""What every part's figures share: the spread they show over repeats, and writing a PNG (or,
-where a study has nothing to draw, one that says why)."""
+"""Writing a part's figure as a PNG (or, where a study has nothing to draw, one that says why)."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -9,8 +8,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-
-SPREAD = {"estimator": "median", "errorbar": ("pi", 100)}  # median of the repeats, bars min-max
 
 
 def save(fig: plt.Figure, out: Path) -> None:

@@ -9,9 +9,10 @@ import seaborn as sns
 
 from accelstudy.report.agreement import flagged_records
 from accelstudy.report.collect import joined
-from accelstudy.report.figures import SPREAD, draw
+from accelstudy.report.figures import draw
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, our_numbers, write_csv
+from accelstudy.uncertainty import SPREAD, repeats_interval
 
 STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ["fused", "eager"]
@@ -31,11 +32,23 @@ FIG2A_AXES = {"tokens_per_s": "tokens / s", "seconds": f"seconds per {WORK:,} sa
 FIGURES = (figure("fig2a"), figure("fig2b"))
 # the table's columns, in groups: the point, its speed, what training gave, peak, model states
 POINT = {k: k for k in [*KEYS, "status", "repeats"]}
-SPEED = {"tps": "tokens/s", "spread": "tokens/s min-max", "sps": "samples/s", "mfu": "MFU"}
+SPEED = {"tps": "tokens/s", "spread": "tokens/s interval", "sps": "samples/s", "mfu": "MFU"}
+# energy and charge for the same work, each with its repeats' interval
+SPENT = {
+    "j": "J/token", "j_spread": "J/token interval", "cost": "charge per 1M tokens",
+    "cost_spread": "charge interval",
+}  # fmt: skip
 RESULT = {"speedup": "speed-up", "efficiency": "scaling efficiency", "loss": "final loss"}
 PEAK = {"peak": "peak GiB (max rank)", "predicted": "predicted GiB", "ratio": "peak / predicted"}
 STATES = {"planned": "model states MiB (planner)", "states": "model states MiB (rank 0)"}
-COLUMNS = {**POINT, **SPEED, **RESULT, **PEAK, **STATES, "states_ratio": "rank 0 / planner"}
+# a point's medians over its ok repeats (record column: table key), and its repeats' intervals
+MEDIANS = {
+    "tokens_per_s": "tps", "metric_samples_per_s": "sps", "metric_final_loss": "loss",
+    "model_states_rank0": "states", "mfu": "mfu", "j_per_token": "j", "cost_per_mtok": "cost",
+}  # fmt: skip
+SPREADS = {"tokens_per_s": "spread", "j_per_token": "j_spread", "cost_per_mtok": "cost_spread"}
+RATIO = {"states_ratio": "rank 0 / planner"}
+COLUMNS = {**POINT, **SPEED, **SPENT, **RESULT, **PEAK, **STATES, **RATIO}
 
 
 def _rank(column: pd.Series) -> pd.Series:
@@ -60,9 +73,8 @@ def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
 def finetune_points(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per point: medians of the ok repeats, speed-up, planned vs measured memory."""
     ok = runs[runs["status"] == "ok"].groupby(KEYS)
-    tokens = ok["tokens_per_s"].agg(tps="median", low="min", high="max")
-    measured = ok[["metric_samples_per_s", "metric_final_loss", "model_states_rank0", "mfu"]]
-    medians = measured.median().set_axis(["sps", "loss", "states", "mfu"], axis=1)
+    medians = ok[list(MEDIANS)].median().rename(columns=MEDIANS)
+    spreads = ok[list(SPREADS)].agg(repeats_interval).rename(columns=SPREADS)
     peak = ok["metric_peak_memory_bytes"].max().rename("peak")
     points = runs.groupby(KEYS, sort=False).agg(
         status=("status", joined),
@@ -70,13 +82,12 @@ def finetune_points(runs: pd.DataFrame) -> pd.DataFrame:
         predicted=("metric_predicted_total", "first"),
         planned=("metric_predicted_model_states", "first"),
     )
-    points = points.join([tokens, medians, peak]).reset_index()
+    points = points.join([medians, spreads, peak]).reset_index()
     base = points.dropna(subset=["tps"]).groupby(KEYS[:4], sort=False)[["cards", "tps"]].first()
     points = points.join(base.add_suffix("_base"), on=KEYS[:4])
     points[["peak", "predicted"]] /= 2**30  # GiB and MiB: powers of two, so the ratios stay exact
     points[["planned", "states"]] /= 2**20
-    spread = zip(points["low"], points["high"], strict=True)
-    points["spread"] = [f"{a:.1f}-{b:.1f}" if pd.notna(a) else "-" for a, b in spread]
+    points[list(SPREADS.values())] = points[list(SPREADS.values())].astype(object).fillna("-")
     points["speedup"] = points["tps"] / points["tps_base"]
     points["efficiency"] = points["speedup"] / (points["cards"] / points["cards_base"])
     points["ratio"] = points["peak"] / points["predicted"]

@@ -3,6 +3,7 @@ published), Fig. 1 (per-target sensitivity) and quality against compression."""
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -12,11 +13,12 @@ from accelstudy.files import read_json
 from accelstudy.paths import RESOURCES
 from accelstudy.points import bits_label
 from accelstudy.recipes import RECIPES
-from accelstudy.report.collect import NAN, joined
+from accelstudy.report.collect import NAN, items_of, joined
 from accelstudy.report.figures import draw
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.tasks import TASK_NAMES, TASKS
+from accelstudy.uncertainty import ALPHA, detectable, holm, paired_difference
 
 PERCENT_METRICS = {"accuracy"}
 PAPER_BITS = ["[16,8,4]", "[8,8,4]", "[8,4,4]"]
@@ -33,7 +35,8 @@ SPLITS_8_7_7 = {("Gaudi2", "hellaswag"), ("Gaudi2", "boolq")}
 COMPRESSION = "compression ×"
 PUBLISHED_FP32 = "published TinyLlama-1.1B FP32"
 BASELINE_COLUMNS = [
-    "model", "task", "protocol", "data", "metric", "ours", PUBLISHED_FP32, "tokens/s", "peak MiB",
+    "model", "task", "protocol", "data", "metric", "ours", "±95%", PUBLISHED_FP32, "tokens/s",
+    "peak MiB",
 ]  # fmt: skip
 TABLE1_ROWS = ["model", "data", "task", "metric"]
 PUBLISHED_TIDY_COLUMNS = ["task", "system", "metric", "column", "value", "compression"]
@@ -49,6 +52,8 @@ TRADEOFF_COLUMNS = [
     "value",
     "bit list",
     "recipe / system",
+    "half",
+    "differs",
 ]
 # our columns and the published ones under the TRADEOFF_COLUMNS names
 OUR_TRADEOFF_NAMES = {
@@ -101,13 +106,30 @@ def display(metric: str, value: float) -> float:
     return round(value * 100, 2) if metric in PERCENT_METRICS else round(value, 3)
 
 
-def metric_rows(record: pd.Series) -> list[tuple[str, float, str | None]]:
-    """(label, shown value, the published system beside it; None: all) per record number."""
-    ties = {s: record.get(f"metric_acc_ties_{rule}", NAN) for s, rule in TIE_RULES.items()}
-    if all(pd.notna(v) for v in ties.values()):
-        label = {s: metric_label("accuracy", rule) for s, rule in TIE_RULES.items()}
-        return [(label[s], display("accuracy", v), s) for s, v in ties.items()]
-    return [(metric_label(record["metric"]), display(record["metric"], record["value"]), None)]
+class Shown(NamedTuple):
+    """A number of a record as a table shows it."""
+
+    label: str
+    key: str  # the record's metric (its items' `correct_<key>`, a ratio metric's columns)
+    value: float
+    half: float  # half its 95% interval, shown alike (NaN: uncertainty unknown)
+    system: str | None  # the published system beside it (None: all)
+
+
+def metric_rows(record: pd.Series) -> list[Shown]:
+    """The record's numbers: BoolQ under each tie rule of the authors' scripts, else its primary."""
+    tied = {system: f"acc_ties_{rule}" for system, rule in TIE_RULES.items()}
+    if all(pd.notna(record.get(f"metric_{key}", NAN)) for key in tied.values()):
+        label = {system: metric_label("accuracy", rule) for system, rule in TIE_RULES.items()}
+        return [_shown(record, key, label[s], "accuracy", s) for s, key in tied.items()]
+    metric = record["metric"]
+    return [_shown(record, metric, metric_label(metric), metric, None)]
+
+
+def _shown(record: pd.Series, key: str, label: str, kind: str, system: str | None) -> Shown:
+    value, stderr = record.get(f"metric_{key}", record["value"]), record.get(f"metric_{key}_stderr")
+    half = display(kind, 1.96 * stderr) if pd.notna(stderr) else NAN
+    return Shown(label, key, display(kind, value), half, system)
 
 
 def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
@@ -116,11 +138,11 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
     rows = []
     for _, r in records[records["stage"] == "baseline"].iterrows():
         match = pub[(pub["task"] == r["task"]) & (pub["protocol"] == r["protocol"])]
-        for label, value, system in metric_rows(r):
+        for label, _, value, half, system in metric_rows(r):
             beside = match if system is None else match[match["system"] == system]
             published_values = zip(beside["value"], beside["system"], beside["split"], strict=True)
             text = "; ".join(f"{v:g} ({s}, {split})" for v, s, split in published_values) or "-"
-            numbers = [label, value, text, round(r["tokens_per_s"], 1), r["peak_memory_mib"]]
+            numbers = [label, value, half, text, round(r["tokens_per_s"], 1), r["peak_memory_mib"]]
             rows.append([*r[BASELINE_COLUMNS[:4]], *numbers, r["device"], r["system"]])
     if not rows:
         return pd.DataFrame()
@@ -151,6 +173,42 @@ def _quantized(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return fp32, quantized.assign(recipe=recipe, bits=bits, column=column)
 
 
+def versus_baseline(records: pd.DataFrame) -> pd.DataFrame:
+    """Every quantized number against its baseline's (paper protocol, same model, task and
+    system) on the same items: the difference, its 95% interval, p and Holm's p across them."""
+    fp32, quantized = _quantized(records)
+    rows = []
+    for _, ran in quantized.iterrows():
+        same = (fp32[["system", "model", "task"]] == ran[["system", "model", "task"]]).all(axis=1)
+        if not same.any():
+            continue
+        base = fp32[same].iloc[0]
+        ours, theirs = items_of(ran.get("record")), items_of(base.get("record"))
+        for shown, beside in zip(metric_rows(ran), metric_rows(base), strict=True):
+            row = {**ran[TABLE1_ROWS[:3]], "record": ran.get("record"), "key": shown.key}
+            row |= {"metric": shown.label, "quantized": ran["column"], "value": shown.value}
+            row |= {"baseline": f"{beside.value} ({base['column']})"}
+            if ours is None or theirs is None:
+                rows.append(row | {"verdict": "uncertainty unknown: no per-item results"})
+                continue
+            found = paired_difference(shown.key, ours, theirs)
+            for name in ("difference", "ci95_low", "ci95_high"):
+                found[name] = display(_kind(shown), found[name])
+            rows.append(row | found)
+    table = pd.DataFrame(rows)
+    if "p" in table:
+        tested = table["p"].notna().to_numpy()
+        table.loc[tested, "p (Holm)"] = holm(table["p"].to_numpy()[tested]).round(4)
+        differs = table["p (Holm)"] < ALPHA
+        told = differs.map({True: "differs", False: "cannot be told from zero"})
+        table["verdict"] = table["verdict"].fillna(told) if "verdict" in table else told
+    return table
+
+
+def _kind(shown: Shown) -> str:
+    return "accuracy" if shown.label.startswith("accuracy") else shown.key
+
+
 def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame:
     """Table 1, ours: a row per (model, data, task, metric) and a compression row; with
     several systems (`compare`), each system's columns side by side."""
@@ -162,6 +220,7 @@ def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame
         }
         return pd.concat(tables.values(), axis=1).reset_index() if tables else pd.DataFrame()
     fp32, quantized = _quantized(records)
+    held_p = versus_baseline(records).reindex(columns=["record", "key", "p (Holm)"])
     order = bit_order([*bit_lists, *quantized["bits"]])
     real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
     bases = [label for label in BASELINES if label in set(fp32["column"])]
@@ -171,8 +230,13 @@ def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame
         key = {"model": model, "data": data, "task": task}
         both = pd.concat([fp32[(fp32["model"] == model) & (fp32["task"] == task)], group])
         for _, r in both.iterrows():
-            for label, value, _ in metric_rows(r):
-                tidy_rows.append({**key, "metric": label, "column": r["column"], "value": value})
+            for shown in metric_rows(r):
+                cell = {**key, "column": r["column"]}
+                tidy_rows.append(cell | {"metric": shown.label, "value": shown.value})
+                tidy_rows.append(cell | {"metric": f"{shown.label} ±95%", "value": shown.half})
+                held = (held_p["record"] == r.get("record")) & (held_p["key"] == shown.key)
+                p = held_p.loc[held, "p (Holm)"].max()  # one or none
+                tidy_rows.append(cell | {"metric": f"{shown.label} p vs baseline", "value": p})
         ratios = zip(both["column"], both["metric_compression_ratio"].round(3), strict=True)
         tidy_rows += [{**key, "metric": COMPRESSION, "column": c, "value": v} for c, v in ratios]
     return _wide(tidy_rows, TABLE1_ROWS, columns)
@@ -212,13 +276,19 @@ def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFr
     keys = quantized[["model", "task"]].drop_duplicates()
     ran = pd.concat([fp32.merge(keys), quantized]).rename(columns=OUR_TRADEOFF_NAMES)
     values = [display(m, v) for m, v in zip(ran["metric"], ran["value"], strict=True)]
+    halves = [_shown(r, r["metric"], "", r["metric"], None).half for _, r in ran.iterrows()]
+    versus = versus_baseline(records).reindex(columns=["record", "verdict"])
+    differs = ran["record"].isin(versus.loc[versus["verdict"] == "differs", "record"])
     panel = "ours on " + ran["system"] + ": " + ran["model"] + " (" + ran["data"] + " data)"
     our_points = ran.assign(panel=panel, metric=ran["metric"].map(metric_label), value=values)
+    our_points = our_points.assign(half=halves, differs=differs)
     paper = published_tidy(published).rename(columns=PUBLISHED_TRADEOFF_NAMES)
     paper = paper[paper["task"].isin(keys["task"])].dropna(subset=["compression"])
     untied = paper["metric"].str.replace(r" \(ties \w+\)", "", regex=True)
     paper = paper.assign(panel=PUBLISHED_PANEL, metric=untied)
-    return pd.concat([our_points[TRADEOFF_COLUMNS], paper[TRADEOFF_COLUMNS]], ignore_index=True)
+    return pd.concat(
+        [our_points[TRADEOFF_COLUMNS], paper.reindex(columns=TRADEOFF_COLUMNS)], ignore_index=True
+    )
 
 
 def baseline_figure(records: pd.DataFrame) -> plt.Figure:
@@ -294,10 +364,35 @@ def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
             ax.axhline(value, ls=":", c="grey", label=f"{label} level")
         hues = [b for b in palette if b in set(part["bit list"])]
         sns.scatterplot(part, hue_order=hues, palette=palette, markers=markers, ax=ax, **dots)
+        bars = part.dropna(subset=["half"])  # ours: 95% intervals; * differs from the baseline
+        ax.errorbar(bars["compression"], bars["value"], bars["half"], fmt="none", c="grey", lw=1)
+        for x, y in part.loc[part["differs"].eq(True), ["compression", "value"]].to_numpy():
+            ax.annotate("*", (x, y), xytext=(6, 4), textcoords="offset points", fontsize=12)
         ax.set(xlabel="compression ratio (FP32 = 1)", ylabel=part["metric"].iloc[0])
         ax.set_title(f"{task}: {panel}", fontsize=10)
         ax.legend(fontsize=7)
     return fig
+
+
+def told(versus: pd.DataFrame, records: pd.DataFrame) -> str:
+    """In words: which quantized numbers differ from the baseline's, which the data cannot tell
+    from zero, and per task the smallest difference its items could detect."""
+    said = [NOTES["versus"].format(tests=int(versus.get("p", pd.Series()).notna().sum()))]
+    for verdict in ("differs", "cannot be told from zero"):
+        named = versus[versus.get("verdict", pd.Series(dtype=str)) == verdict]
+        names = "; ".join(
+            f"{r['task']} {r['metric']} {r['quantized']}" for _, r in named.iterrows()
+        )
+        said.append(f"{verdict.capitalize()}: {names or 'none'}.")
+    fp32, _ = _quantized(records)
+    for _, base in fp32.iterrows():
+        for shown in metric_rows(base):
+            if pd.notna(shown.half):
+                smallest = detectable(shown.half / 1.96)
+                unit = "items" if pd.notna(base.get("metric_items", NAN)) else "blocks"
+                count = f"{base[f'metric_{unit}']:.0f} {unit}"
+                said.append(f"{base['task']} {shown.label} ({count}): {smallest:.3g}.")
+    return " ".join(said)
 
 
 def sections(
@@ -333,9 +428,15 @@ def sections(
     measured_on = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
     table1_title = f"Table 1, ours ({measured_on} data): mixed-precision PTQ"
     fig1_title = "Fig. 1: pruning sensitivity, tasks side by side"
+    versus = versus_baseline(records)
     return [
         *shown,
         Section(table1_title, NOTES["table1"], our_table1),
+        Section(
+            "Quantized against the baseline, item by item",
+            told(versus, records),
+            versus.drop(columns=["record", "key"]),
+        ),
         Section(PUBLISHED_TITLE, NOTES["published"], published_table),
         *([Section(fig1_title, figure=figure("fig1"))] if len(sensitive) else []),
         Section("Quality against compression", NOTES["tradeoff"], figure=figure("tradeoff")),

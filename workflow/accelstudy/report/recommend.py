@@ -16,6 +16,7 @@ from accelstudy.report.agreement import AGREEMENT_COLUMNS, agreement, flagged_re
 from accelstudy.report.collect import collect_records
 from accelstudy.report.pages import NOTES, Section
 from accelstudy.systems import load_system
+from accelstudy.uncertainty import ONE_REPEAT, within_each_other
 
 CHOICES = {  # the choice, the column it minimises (negated: maximises), and its unit
     "fastest": ("tokens_per_s", -1, "tokens/s"),
@@ -30,14 +31,19 @@ def measured_points(records: pd.DataFrame) -> pd.DataFrame:
     medians over repeats of tokens/s (and its range), the charge per 1M tokens
     (collect.energy_and_cost) and joules per token."""
     columns = [c for c, _, _ in CHOICES.values()]
+    bounds = [f"{c}_{end}" for c in columns for end in ("low", "high")]
     if records.empty or "stage" not in records:
-        return pd.DataFrame(columns=[*KEY, "attention", *columns, "cost_unit", "low", "high"])
+        return pd.DataFrame(columns=[*KEY, "attention", *columns, "cost_unit", *bounds])
     runs = records[(records["stage"] == "finetune") & (records["status"] == "ok")]
     if "record" in runs:
         runs = runs[~runs["record"].isin(flagged_records(records))]
     group = runs.groupby([*KEY, "attention"])
-    spread = group["tokens_per_s"].agg(low="min", high="max")
+    spread = group[columns].agg(["min", "max"]).set_axis(bounds, axis=1)
     return group[columns].median().join([group["cost_unit"].first(), spread]).reset_index()
+
+
+def _repeats(point: pd.Series, column: str) -> tuple[float, float, float]:
+    return point[column], point[f"{column}_low"], point[f"{column}_high"]
 
 
 def choices(points: pd.DataFrame) -> pd.DataFrame:
@@ -51,12 +57,22 @@ def choices(points: pd.DataFrame) -> pd.DataFrame:
                 rows.append(row | {"point": "-", "value": None, "unit": f"{unit}: not measured"})
                 continue
             best = known.iloc[(known[column] * sign).argmin()]
-            cards = f"{best['cards']:.0f} card{'s' if best['cards'] != 1 else ''}"
-            point = f"{best['strategy']} on {cards}, {best['attention']}"
+            point = _label(best)
             unit = f"{best['cost_unit']} per 1M tokens" if column == "cost_per_mtok" else unit
             value = round(float(best[column]), 6)
-            rows.append(row | {"point": point, "value": value, "unit": unit})
+            others = known.drop(index=best.name)
+            alike = [_label(o) for _, o in others.iterrows()
+                     if within_each_other(_repeats(best, column), _repeats(o, column))]  # fmt: skip
+            repeats = "; ".join(alike) or "every other point told apart"
+            if best[f"{column}_low"] == best[f"{column}_high"]:
+                repeats = f"{ONE_REPEAT}; {repeats}"
+            rows.append(row | {"point": point, "value": value, "unit": unit, "within": repeats})
     return pd.DataFrame(rows)
+
+
+def _label(point: pd.Series) -> str:
+    cards = f"{point['cards']:.0f} card{'s' if point['cards'] != 1 else ''}"
+    return f"{point['strategy']} on {cards}, {point['attention']}"
 
 
 def sharding_rule(fits: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
@@ -83,16 +99,17 @@ def sharding_rule(fits: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
 
 def _verdict(ran: pd.DataFrame, best: pd.Series, ddp_fits: bool) -> str:
     """DDP fastest where it fits, else a sharded strategy; a sharded one ahead of a fitting DDP
-    whose median is within DDP's repeats' tokens/s range is noise, not a breach."""
+    that the repeats cannot tell from it (uncertainty.within_each_other) is noise, not a breach."""
     if (best["strategy"] == "ddp") == ddp_fits:
         return "holds"
     ddp = ran[ran["strategy"] == "ddp"]
     if ddp.empty:
         return "does not hold"
-    ahead = best["tokens_per_s"] / ddp["tokens_per_s"].max() - 1
-    if best["tokens_per_s"] <= ddp["high"].max():  # its median within DDP's repeats
-        return f"holds within the repeats' spread ({best['strategy']} {ahead:+.1%})"
-    single = ", one repeat: spread unknown" if best["low"] == best["high"] else ""
+    fastest_ddp = ddp.iloc[ddp["tokens_per_s"].argmax()]
+    ahead = best["tokens_per_s"] / fastest_ddp["tokens_per_s"] - 1
+    if within_each_other(_repeats(best, "tokens_per_s"), _repeats(fastest_ddp, "tokens_per_s")):
+        return f"holds: within each other's repeats' interval ({best['strategy']} {ahead:+.1%})"
+    single = f", {ONE_REPEAT}" if best["tokens_per_s_low"] == best["tokens_per_s_high"] else ""
     return f"does not hold ({best['strategy']} {ahead:+.1%}{single})"
 
 
