@@ -44,17 +44,19 @@ def test_every_image_loads_and_the_tables_are_there(browser, tmp_path):
     names = ("baseline", "sensitivity", "tradeoff", "finetune_scaling", "finetune_strategies")
     assert set(images) == {f"figures/{n}.png" for n in names}
     assert all(width > 0 for width in images.values()), images
-    # baseline (6 rows), Table 1 ours (5), Table 1 published (8), the fine-tuning points (8),
-    # findings (5), the strategies' agreement (6 beside DDP's first repeat: its 2 other repeats
-    # and 1 sharded strategy per card count), what to run where (3 choices) and the sharding
-    # rule (2 card counts), each with its header row
-    assert browser.execute_script(TABLE_ROWS) == [7, 6, 9, 9, 6, 7, 4, 3]
+    # baseline (6 rows), Table 1 ours (11: each metric with its ±95% and p rows), each
+    # quantized number against the baseline (18), Table 1 published (8), the fine-tuning points
+    # (8), findings (5), the strategies' agreement (6 beside DDP's first repeat: its 2 other
+    # repeats and 1 sharded strategy per card count), what to run where (3 choices) and the
+    # sharding rule (2 card counts), each with its header row
+    assert browser.execute_script(TABLE_ROWS) == [7, 12, 19, 9, 9, 6, 7, 4, 3]
     headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
-    assert headings[1:3] == [
+    assert headings[1:4] == [
         "Table 1, ours (m; stand-in data): mixed-precision PTQ",
+        "Quantized against the baseline, item by item",
         "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)",
     ]
-    assert headings[5:] == [
+    assert headings[6:] == [
         "Fig. 2a: fine-tuning throughput and time for fixed work against cards",
         "Fig. 2b: DDP vs ZeRO-3 vs FSDP for one model",
         "Fine-tuning points: speed-up, scaling efficiency, planned and measured memory",

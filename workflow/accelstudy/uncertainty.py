@@ -87,7 +87,8 @@ def paired_difference(metric: str, ours: pd.DataFrame, theirs: pd.DataFrame) -> 
         drawn = ratio_metric(both, metric, rows) - ratio_metric(theirs_items, metric, rows)
         difference = float(ratio_metric(both, metric) - ratio_metric(theirs_items, metric))
         low, high = np.percentile(drawn, [2.5, 97.5])
-        p = min(1.0, 2 * min(np.mean(drawn <= 0), np.mean(drawn >= 0)))
+        tail = min(np.sum(drawn <= 0), np.sum(drawn >= 0))  # (k + 1) / (B + 1): never 0
+        p = min(1.0, 2 * (tail + 1) / (RESAMPLES + 1))
         test = f"paired bootstrap ({RESAMPLES} resamples)"
     return {"items": n, "difference": difference, "ci95_low": low, "ci95_high": high, "p": p,
             "test": test}  # fmt: skip

@@ -377,13 +377,7 @@ def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
 def told(versus: pd.DataFrame, records: pd.DataFrame) -> str:
     """In words: which quantized numbers differ from the baseline's, which the data cannot tell
     from zero, and per task the smallest difference its items could detect."""
-    said = [NOTES["versus"].format(tests=int(versus.get("p", pd.Series()).notna().sum()))]
-    for verdict in ("differs", "cannot be told from zero"):
-        named = versus[versus.get("verdict", pd.Series(dtype=str)) == verdict]
-        names = "; ".join(
-            f"{r['task']} {r['metric']} {r['quantized']}" for _, r in named.iterrows()
-        )
-        said.append(f"{verdict.capitalize()}: {names or 'none'}.")
+    smallest_found: list[str] = []
     fp32, _ = _quantized(records)
     for _, base in fp32.iterrows():
         for shown in metric_rows(base):
@@ -391,7 +385,15 @@ def told(versus: pd.DataFrame, records: pd.DataFrame) -> str:
                 smallest = detectable(shown.half / 1.96)
                 unit = "items" if pd.notna(base.get("metric_items", NAN)) else "blocks"
                 count = f"{base[f'metric_{unit}']:.0f} {unit}"
-                said.append(f"{base['task']} {shown.label} ({count}): {smallest:.3g}.")
+                smallest_found.append(f"{base['task']} {shown.label} ({count}): {smallest:.3g}")
+    tests = int(versus.get("p", pd.Series()).notna().sum())
+    said = [NOTES["versus"].format(tests=tests), "; ".join(smallest_found or ["unknown"]) + "."]
+    for verdict in ("differs", "cannot be told from zero"):
+        named = versus[versus.get("verdict", pd.Series(dtype=str)) == verdict]
+        names = "; ".join(
+            f"{r['task']} {r['metric']} {r['quantized']}" for _, r in named.iterrows()
+        )
+        said.append(f"{verdict.capitalize()}: {names or 'none'}.")
     return " ".join(said)
 
 
