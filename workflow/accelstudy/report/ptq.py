@@ -111,6 +111,7 @@ class Shown(NamedTuple):
 
     label: str
     key: str  # the record's metric (its items' `correct_<key>`, a ratio metric's columns)
+    kind: str  # how it is shown (accuracy: in percent)
     value: float
     half: float  # half its 95% interval, shown alike (NaN: uncertainty unknown)
     system: str | None  # the published system beside it (None: all)
@@ -129,7 +130,7 @@ def metric_rows(record: pd.Series) -> list[Shown]:
 def _shown(record: pd.Series, key: str, label: str, kind: str, system: str | None) -> Shown:
     value, stderr = record.get(f"metric_{key}", record["value"]), record.get(f"metric_{key}_stderr")
     half = display(kind, 1.96 * stderr) if pd.notna(stderr) else NAN
-    return Shown(label, key, display(kind, value), half, system)
+    return Shown(label, key, kind, display(kind, value), half, system)
 
 
 def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
@@ -138,7 +139,7 @@ def baseline_table(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
     rows = []
     for _, r in records[records["stage"] == "baseline"].iterrows():
         match = pub[(pub["task"] == r["task"]) & (pub["protocol"] == r["protocol"])]
-        for label, _, value, half, system in metric_rows(r):
+        for label, _, _, value, half, system in metric_rows(r):
             beside = match if system is None else match[match["system"] == system]
             published_values = zip(beside["value"], beside["system"], beside["split"], strict=True)
             text = "; ".join(f"{v:g} ({s}, {split})" for v, s, split in published_values) or "-"
@@ -193,7 +194,7 @@ def versus_baseline(records: pd.DataFrame) -> pd.DataFrame:
                 continue
             found = paired_difference(shown.key, ours, theirs)
             for name in ("difference", "ci95_low", "ci95_high"):
-                found[name] = display(_kind(shown), found[name])
+                found[name] = display(shown.kind, found[name])
             rows.append(row | found)
     table = pd.DataFrame(rows)
     if "p" in table:
@@ -205,22 +206,22 @@ def versus_baseline(records: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _kind(shown: Shown) -> str:
-    return "accuracy" if shown.label.startswith("accuracy") else shown.key
-
-
-def table1(records: pd.DataFrame, bit_lists: Sequence[str] = ()) -> pd.DataFrame:
+def table1(
+    records: pd.DataFrame, bit_lists: Sequence[str] = (), versus: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Table 1, ours: a row per (model, data, task, metric) and a compression row; with
-    several systems (`compare`), each system's columns side by side."""
+    several systems (`compare`), each system's columns side by side. `versus`: the records'
+    versus_baseline, where the caller has it."""
     systems = list(dict.fromkeys(records["system"]))
     if len(systems) > 1:
-        tables = {s: table1(records[records["system"] == s], bit_lists) for s in systems}
+        tables = {s: table1(records[records["system"] == s], bit_lists, versus) for s in systems}
         tables = {
             s: t.set_index(TABLE1_ROWS).add_prefix(f"{s}: ") for s, t in tables.items() if len(t)
         }
         return pd.concat(tables.values(), axis=1).reset_index() if tables else pd.DataFrame()
     fp32, quantized = _quantized(records)
-    held_p = versus_baseline(records).reindex(columns=["record", "key", "p (Holm)"])
+    versus = versus_baseline(records) if versus is None else versus
+    held_p = versus.reindex(columns=["record", "key", "p (Holm)"])
     order = bit_order([*bit_lists, *quantized["bits"]])
     real = [label for recipe, label in RECIPE_LABELS.items() if recipe != "fake"]
     bases = [label for label in BASELINES if label in set(fp32["column"])]
@@ -270,14 +271,18 @@ def published_table1(published: pd.DataFrame) -> pd.DataFrame:
     return _wide(rows, ["task", "metric", "system"], columns)
 
 
-def tradeoff_points(records: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+def tradeoff_points(
+    records: pd.DataFrame, published: pd.DataFrame, versus: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Quality against compression per (bit list, recipe), ours then the published."""
     fp32, quantized = _quantized(records)
     keys = quantized[["model", "task"]].drop_duplicates()
     ran = pd.concat([fp32.merge(keys), quantized]).rename(columns=OUR_TRADEOFF_NAMES)
     values = [display(m, v) for m, v in zip(ran["metric"], ran["value"], strict=True)]
     halves = [_shown(r, r["metric"], "", r["metric"], None).half for _, r in ran.iterrows()]
-    versus = versus_baseline(records).reindex(columns=["record", "verdict"])
+    versus = (versus_baseline(records) if versus is None else versus).reindex(
+        columns=["record", "verdict"]
+    )
     differs = ran["record"].isin(versus.loc[versus["verdict"] == "differs", "record"])
     panel = "ours on " + ran["system"] + ": " + ran["model"] + " (" + ran["data"] + " data)"
     our_points = ran.assign(panel=panel, metric=ran["metric"].map(metric_label), value=values)
@@ -409,7 +414,8 @@ def sections(
     trade-off; their tables and figures are written in every study (the rule declares them)."""
     published = load_published()
     baseline = baseline_table(records, published)
-    our_table1 = table1(records, [bits_label(b) for b in bit_lists])
+    versus = versus_baseline(records)  # reads the items once for Table 1, the figure, the words
+    our_table1 = table1(records, [bits_label(b) for b in bit_lists], versus)
     published_table = published_table1(published)
     tables = {"baseline_table": baseline, "table1": our_table1, "table1_published": published_table}
     for name, table in tables.items():
@@ -419,7 +425,7 @@ def sections(
     sensitive = collect_sensitivity(sensitivity, assignments)
     empty = "no sensitivity tables in this study"
     draw(output(folder, "fig1"), empty, fig1, sensitive, calibration or {})
-    points = tradeoff_points(records, published)
+    points = tradeoff_points(records, published, versus)
     draw(output(folder, "tradeoff"), "no quantized records in this study", tradeoff_figure, points)
     standin = NOTES["standin"] if (records["data"] == "stand-in").any() else ""
     title = "Baseline (FP32) beside the published numbers"
@@ -430,7 +436,6 @@ def sections(
     measured_on = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
     table1_title = f"Table 1, ours ({measured_on} data): mixed-precision PTQ"
     fig1_title = "Fig. 1: pruning sensitivity, tasks side by side"
-    versus = versus_baseline(records)
     return [
         *shown,
         Section(table1_title, NOTES["table1"], our_table1),
