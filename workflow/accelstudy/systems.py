@@ -36,6 +36,8 @@ class System:
     charge: dict[str, Any] | None = None  # the site's charge rule (accelstudy.cost); None: unknown
     # dense peak FLOP/s per card and dtype with the datasheet's `doc`; `measured`: a CPU's probe
     peak_flops: dict[str, Any] | str | None = None
+    walltime: dict[str, Any] | None = None  # the partition's limit (max_minutes) and its doc
+    power: dict[str, Any] | None = None  # watts_per_card at full load and its doc
 
     @property
     def per_node(self) -> int:

@@ -1,6 +1,7 @@
 """What a study asks Snakemake for (workflow/rules/*.smk): the result files, the lookups its
 rules make per job, wildcard constraints from the schema; parsing the workflow imports no torch."""
 
+import functools
 import json
 import re
 import shlex
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy import points
+from accelstudy.forecast import StudyForecast
 from accelstudy.options import node
 from accelstudy.paths import record_files, system_folders
 from accelstudy.systems import System
@@ -204,16 +206,30 @@ class StudyTargets:
         layout |= {"mpi": "srun" if nodes > 1 else "", "gres": gres if gres_gpus else ""}
         return layout | {"tasks_per_gpu": 0}  # else the plugin reads `tasks` as tasks per GPU
 
-    def point_resources(self, minutes: int) -> dict[str, Any]:
+    def point_resources(self, rule: str) -> dict[str, Any]:
         """The point's layout, memory and runtime."""
 
         def resource(key: str) -> Callable[[Any], Any]:
             return lambda w: self.point_layout(w)[key]
 
         keys = ("gpu", "gaudi", "nodes", "mpi", "tasks", "tasks_per_gpu", "gres")
-        return {key: resource(key) for key in keys} | self.resources(minutes)
+        return {key: resource(key) for key in keys} | self.measuring_resources(rule)
+
+    @functools.cached_property
+    def forecast(self) -> StudyForecast:
+        """The study's jobs with this system's records so far (read once per parse)."""
+        return StudyForecast(self.config, self.system, self.measured)
+
+    def measuring_resources(self, rule: str) -> dict[str, Any]:
+        """A measuring job's runtime: its forecast times forecast.MARGIN, times the attempt (a
+        retry after a time-out gets more), within the system's wall-time limit."""
+
+        def runtime(wildcards: Any, attempt: int) -> int:
+            return self.forecast.runtime(rule, wildcards, attempt)
+
+        return {"mem_mb": 8000, "runtime": runtime}
 
     @staticmethod
     def resources(minutes: int, mem_mb: int = 8000) -> dict[str, Any]:
-        """A job's memory, and a runtime that grows with each retry (`attempt`)."""
+        """A preparing job's memory, and a runtime that grows with each retry (`attempt`)."""
         return {"mem_mb": mem_mb, "runtime": lambda wildcards, attempt: minutes * attempt}

@@ -14,7 +14,7 @@ rule baseline:
         CONDA_ENV
     threads: 1
     resources:
-        **STUDY.resources(minutes=120),
+        **STUDY.measuring_resources("baseline"),
     params:
         study=config["study"],
         system=config["system"],

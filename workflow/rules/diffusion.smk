@@ -36,7 +36,7 @@ rule diffusion:
         CONDA_ENV
     threads: STUDY.point_threads
     resources:
-        **STUDY.point_resources(minutes=120),
+        **STUDY.point_resources("diffusion"),
     params:
         study=config["study"],
         system=config["system"],

@@ -33,7 +33,7 @@ rule finetune:
         CONDA_ENV
     threads: STUDY.point_threads
     resources:
-        **STUDY.point_resources(minutes=60),
+        **STUDY.point_resources("finetune"),
     params:
         study=config["study"],
         system=config["system"],

@@ -17,7 +17,7 @@ rule sensitivity:
         CONDA_ENV
     threads: 1
     resources:
-        **STUDY.resources(minutes=120),
+        **STUDY.measuring_resources("sensitivity"),
     params:
         settings=STUDY.paper_settings,
         limit=STUDY.calibration_limit,
@@ -88,7 +88,7 @@ rule quantize:
         CONDA_ENV
     threads: 1
     resources:
-        **STUDY.resources(minutes=120),
+        **STUDY.measuring_resources("quantize"),
     params:
         study=config["study"],
         system=config["system"],

@@ -1,0 +1,387 @@
+"""How long each job of a study will run on a system, and what it will charge, before one is
+submitted: what allocation proposals (NERSC's ERCAP, ACCESS) ask to be justified.
+
+A job's time is its start-up, its warm-up and its work (FLOPs: accelstudy.flops, SR3's as torch
+counted them) over an achieved FLOP/s. The rate comes, in order, from this system's records of
+the same kind (`measured`: same model and cards; `scaled`: FLOP/s carries it across models, and
+(cards/c0)^e across card counts, e fitted from the card counts the records hold), else from
+resources/assumed_rates.csv (`assumed`: a fraction of the system file's peak, never called a
+measurement). Start-up and warm-up come from the records' provenance.timeline, else from the
+assumption's start-up and model-load rate. Imports neither torch nor transformers: the rules
+ask it for every job's SLURM runtime while Snakemake parses the workflow."""
+
+import csv
+import functools
+import json
+import math
+import statistics
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from accelstudy import flops, points
+from accelstudy.cost import Allocation, charged
+from accelstudy.paths import RESOURCES, record_files
+from accelstudy.snapshots import weights_dir
+from accelstudy.systems import System
+from accelstudy.tasks import TASKS
+
+MARGIN = 1.5  # a job's SLURM time limit: its forecast times this, times the attempt
+MIN_MINUTES = 10  # never below: a queue's start-up noise must not kill a short job
+UNKNOWN_MINUTES = 24 * 60  # no forecast (no FLOP count): the partition's limit, else a day
+FAMILY = {"finetune": "finetune", "diffusion": "diffusion", "baseline": "evaluate"}
+FAMILY |= {"quantize": "evaluate", "sensitivity": "evaluate"}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class Work:
+    """One job: what shares its rate (`kind`), its cards, and its FLOPs by phase."""
+
+    rule: str
+    output: str
+    model: str
+    kind: tuple[str, ...]
+    cards: int
+    dtype: str
+    timed_flops: float | None  # the measured window's work (None: no FLOP count)
+    warm_flops: float = 0.0  # the warm-up steps before it
+    load_bytes: float = 0.0  # the weights start-up reads
+
+    @property
+    def family(self) -> str:
+        return FAMILY[self.rule]
+
+    @property
+    def point(self) -> str:
+        """The job without its repeat: the plan's row."""
+        return self.output.split("/repeat-")[0]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One record's timing: its achieved FLOP/s over the measured window and its phases."""
+
+    work: Work
+    rate: float
+    startup_s: float | None  # process start to model and data ready
+    warm_s: float | None
+    tail_s: float | None  # after the measured window: the record, checks, samples
+    wall_s: float | None  # the whole process (what Snakemake ran)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    work: Work
+    seconds: float | None
+    rate: float | None
+    source: str  # measured, scaled, assumed, unknown
+    basis: str
+
+    def minutes(self, attempt: int, limit: int | None) -> int:
+        """The SLURM runtime: forecast x MARGIN x attempt, within [MIN_MINUTES, limit]."""
+        wanted = UNKNOWN_MINUTES if self.seconds is None else self.seconds * MARGIN / 60
+        minutes = max(MIN_MINUTES, math.ceil(wanted)) * attempt
+        return min(minutes, limit) if limit else minutes
+
+
+# the work of a job, from its config and wildcards -----------------------------------------------
+@functools.cache
+def _csv(name: str) -> tuple[dict[str, str], ...]:
+    with (RESOURCES / name).open() as file:
+        return tuple(csv.DictReader(file))
+
+
+def model_config(config: Mapping[str, Any], model: str) -> dict[str, Any] | None:
+    """resources/models/<name>/config.json (shipped: the paper's models and the default's), else
+    the prepared model's; None before a model with neither is prepared."""
+    prepared = weights_dir(Path(config["results_dir"], config["study"], "models", model))
+    for folder in (RESOURCES / "models" / model, prepared):
+        if (folder / "config.json").is_file():
+            return json.loads((folder / "config.json").read_text())
+    return None
+
+
+def parameters(model: Mapping[str, Any]) -> int:
+    """Weights of a decoder from its config: the layers' linears and the embeddings."""
+    per_layer = sum(i * o for i, o in flops.linear_shapes(model).values())
+    embeddings = model["vocab_size"] * model["hidden_size"]
+    tied = model.get("tie_word_embeddings", True)
+    return model["num_hidden_layers"] * per_layer + embeddings * (1 if tied else 2)
+
+
+def split_tokens(task: Mapping[str, Any], name: str, split: str, limit: int | None) -> float:
+    """Tokens an evaluation reads of a split: resources/splits.csv's items (up to the limit)
+    times its tokens per item (a block's, or every choice's)."""
+    source = "standin" if task.get("source") == "standin" else "hf"
+    for row in _csv("splits.csv"):
+        if (row["task"], row["split"], row["source"]) == (name, split, source):
+            items = int(row["items"]) if limit is None else min(limit, int(row["items"]))
+            return items * float(row["tokens_per_item"])
+    return math.nan  # a split resources/splits.csv does not size (a local file)
+
+
+def sr3_flops(model: Mapping[str, Any], hr_size: int) -> float | None:
+    """A training step's FLOPs per image for this SR3 shape, as torch counted them."""
+    shape = [str(model["inner_channels"]), "-".join(map(str, model["channel_multipliers"]))]
+    shape += ["-".join(map(str, model["attention_resolutions"])), str(model["res_blocks"])]
+    for row in _csv("sr3_flops.csv"):
+        listed = [row[k] for k in ("inner_channels", "channel_multipliers")]
+        listed += [row["attention_resolutions"], row["res_blocks"]]
+        if listed == shape and int(row["hr_size"]) == hr_size:
+            return float(row["flops_per_image"])
+    return None
+
+
+def _dtype(asked: str, system: System) -> str:
+    """`auto` as a job resolves it on a card; on a CPU float32 (its probe decides in the job)."""
+    if asked != "auto":
+        return asked
+    return "bfloat16" if system.device != "cpu" and "bfloat16" in system.dtypes else "float32"
+
+
+def work_of(rule: str, w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
+    """The job of `rule` with wildcards `w` (a Snakemake job's, or one the plan builds)."""
+    model_name = getattr(w, "model", "sr3")
+    model = model_config(config, model_name) if rule != "diffusion" else None
+    if rule == "finetune":
+        point = points.finetune_point(config, w, data_file="")
+        lora = (point.lora.rank, point.lora.targets) if point.method == "lora" else (0, ())
+        per_step = point.samples_per_step * point.max_seq_length * point.cards
+        per_token = model and flops.training_per_token(model, point.max_seq_length, *lora)
+        warm_steps = min(point.throughput_warmup_steps, point.max_steps)
+        dtype, kind = _dtype(point.dtype, system), (point.strategy, point.attention)
+        timed = per_token and (point.max_steps - warm_steps) * per_step * per_token
+        warm = (per_token or 0) * warm_steps * per_step
+        loads = parameters(model) * DTYPE_BYTES.get(dtype, 4) if model else 0.0
+        return Work(rule, output, model_name, kind, point.cards, dtype, timed, warm, loads)
+    if rule == "diffusion":
+        sr3 = points.diffusion_point(config, w)
+        per_image = sr3_flops(sr3.model, config["diffusion"]["data"]["hr_size"])
+        steps = math.ceil(sr3.total_iterations / sr3.devices)
+        images = sr3.batch_per_device * sr3.devices
+        timed = per_image and (steps - sr3.warmup_iterations) * images * per_image
+        warm = (per_image or 0) * sr3.warmup_iterations * images
+        dtype = _dtype(sr3.dtype, system)
+        return Work(rule, output, "sr3", ("sr3",), sr3.devices, dtype, timed, warm)
+    task, evaluation = config["tasks"][w.task], config["evaluation"]
+    if rule == "sensitivity":  # every target of the chunk, and the unpruned model, once each
+        split, limit = TASKS[w.task].calibration_split, config["ptq"]["calibration_limit"][w.task]
+        layers = model["num_hidden_layers"] if model else 0
+        per_layer = 1 if w.granularity == "layer" else 3 if config["ptq"]["family"] == "mlp" else 7
+        passes = math.ceil(layers * per_layer / config["ptq"]["chunks"]) + 1
+    else:
+        split, limit, passes = task["eval_split"], task.get("limit"), 1
+    protocol = getattr(w, "protocol", "paper")
+    length = evaluation["block_size"] if w.task == "wikitext" else 256
+    tokens = passes * split_tokens(task, w.task, split, limit)
+    per_token = model and flops.forward_per_token(model, length)
+    timed = None if not per_token or math.isnan(tokens) else tokens * per_token
+    loads = parameters(model) * DTYPE_BYTES[evaluation["dtype"]] if model else 0.0
+    kind = (w.task, protocol)
+    return Work(rule, output, model_name, kind, 1, evaluation["dtype"], timed, 0.0, loads)
+
+
+# this system's records ------------------------------------------------------------------------
+def work_from_record(record: Mapping[str, Any], path: str) -> Work | None:
+    """The work a record's job was given (its parameters and FLOP count, known before it ran)."""
+    rule = {"quantized": "quantize"}.get(record.get("stage", ""), record.get("stage", ""))
+    if rule not in FAMILY:
+        return None
+    p, m = record.get("parameters", {}), record.get("metrics", {})
+    dtype = (record.get("utilization") or {}).get("dtype") or p.get("dtype", "float32")
+    if rule == "finetune":
+        per_step = p["per_device_batch"] * p["grad_accum"] * p["max_seq_length"] * p["cards"]
+        warm = min(p["throughput_warmup_steps"], p["max_steps"]) * per_step
+        per_token, kind = m.get("flops_per_token") or 0.0, (p["strategy"], p["attention"])
+        timed = p["max_steps"] * per_step - warm
+        return Work(rule, path, record["model"], kind, p["cards"], dtype, timed * per_token,
+                    warm * per_token)  # fmt: skip
+    if rule == "diffusion":
+        images, per_image = p["batch_per_device"] * p["devices"], m.get("flops_per_image") or 0.0
+        timed = (m.get("iterations", 0) - p["warmup_iterations"]) * images * per_image
+        warm = p["warmup_iterations"] * images * per_image
+        return Work(rule, path, "sr3", ("sr3",), p["devices"], dtype, timed, warm)
+    work = m.get("tokens", 0) * (m.get("flops_per_token") or 0.0)
+    kind = (record.get("task", ""), record.get("protocol") or "paper")
+    return Work(rule, path, record["model"], kind, 1, dtype, work)
+
+
+def seen_in(paths: Iterable[str | Path]) -> list[Seen]:
+    """Each record that ran to the end: its achieved FLOP/s over the measured window, phases."""
+    seen = []
+    for path in map(str, paths):
+        try:
+            record = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue  # a record being written: the next parse reads it
+        metrics, times = record.get("metrics", {}), record.get("provenance", {}).get("timeline", {})
+        work = work_from_record(record, path)
+        if work is None or metrics.get("status", "ok") != "ok" or "end_s" not in times:
+            continue  # a hole (held out, unsupported, out of memory), or no timeline
+        ready = times.get("ready_s", 0.0)
+        measured, done = times.get("measured_s", ready), times.get("done_s", times["end_s"])
+        if work.timed_flops and done > measured:
+            rate = work.timed_flops / (done - measured)
+            phases = (ready, measured - ready, times["end_s"] - done, times["end_s"])
+            seen.append(Seen(work, rate, *phases))
+    return seen
+
+
+# the rate, start-up and warm-up of a job ------------------------------------------------------
+def _assumption(system: System, work: Work) -> dict[str, str] | None:
+    for row in _csv("assumed_rates.csv"):
+        if (row["device"], row["family"]) == (system.device, work.family):
+            if row["strategy"] in ("", work.kind[0]):
+                return row
+    return None
+
+
+def card_exponent(seen: Iterable[Seen]) -> float | None:
+    """How throughput grows with cards: the median over pairs of one kind and model measured at
+    two card counts of log(rate ratio) / log(card ratio); None without such a pair."""
+    slopes, seen = [], list(seen)
+    for a in seen:
+        for b in seen:
+            same = (a.work.kind, a.work.model) == (b.work.kind, b.work.model)
+            if same and a.work.cards < b.work.cards:
+                slopes.append(math.log(b.rate / a.rate) / math.log(b.work.cards / a.work.cards))
+    return statistics.median(slopes) if slopes else None
+
+
+def _peak(system: System, dtype: str, cards: int) -> float | None:
+    """The dtype's dense peak of `cards` cards: the datasheet's, or the CPU's cached probe."""
+    from accelstudy.peak import cpu_rates
+
+    if isinstance(system.peak_flops, dict) and system.peak_flops.get(dtype):
+        return float(system.peak_flops[dtype]) * cards
+    if system.device == "cpu":
+        entry = cpu_rates(1, probe_if_missing=False) or {}
+        per_core = entry.get("flops_per_s", {}).get(dtype)
+        return per_core * cards if per_core else None
+    return None
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def forecast(work: Work, seen: list[Seen], system: System) -> Forecast:
+    """The job's wall time from this system's records (measured or scaled), else assumed."""
+    family = [s for s in seen if s.work.family == work.family]
+    same = [s for s in family if s.work.kind == work.kind] or family
+    assumed = _assumption(system, work) or {}
+    if work.timed_flops is None:
+        return Forecast(work, None, None, "unknown", "no FLOP count for this job's model")
+    if same:
+        nearest = min(same, key=lambda s: abs(math.log(s.work.cards / work.cards)))
+        at = [s.rate for s in same if s.work.cards == nearest.work.cards]
+        exponent = card_exponent(family)
+        exponent = float(assumed.get("card_exponent", 1.0)) if exponent is None else exponent
+        rate = statistics.median(at) * (work.cards / nearest.work.cards) ** exponent
+        exact = nearest.work.cards == work.cards and nearest.work.kind == work.kind
+        source = "measured" if exact and nearest.work.model == work.model else "scaled"
+        basis = f"{len(at)} record(s) of {'/'.join(nearest.work.kind)} on {nearest.work.cards}"
+        basis += "" if nearest.work.cards == work.cards else f", cards^{exponent:.2f}"
+        like = [s for s in same if s.work.model == work.model] or same
+        startup, tail = _median(s.startup_s for s in like), _median(s.tail_s for s in like)
+        warm = _median(s.warm_s * s.rate / s.work.warm_flops for s in family if s.work.warm_flops)
+    else:
+        peak = _peak(system, work.dtype, work.cards)
+        if not assumed or peak is None:
+            return Forecast(work, None, None, "unknown", f"no record, and no assumed rate or "
+                            f"peak for {system.device} {work.family} in {work.dtype}")  # fmt: skip
+        fraction, exponent = float(assumed["fraction_of_peak"]), float(assumed["card_exponent"])
+        rate = fraction * peak / work.cards * work.cards**exponent
+        source, basis = "assumed", f"{fraction:.0%} of peak, cards^{exponent:g}: {assumed['why']}"
+        startup = float(assumed["startup_s"]) + work.load_bytes / float(assumed["load_gb_per_s"]) / 1e9
+        tail, warm = 0.0, None
+    seconds = (startup or 0) + (tail or 0) + (work.timed_flops + work.warm_flops * (warm or 1)) / rate
+    return Forecast(work, seconds, rate, source, basis)
+
+
+# the study's plan ---------------------------------------------------------------------------
+def plan_works(config: Mapping[str, Any], system: System, measured: str) -> dict[str, Work]:
+    """Every measuring job of the study, by its record's path, as the workflow lists them."""
+    results = f"{config['results_dir']}/{config['study']}"
+    jobs: list[tuple[str, dict[str, Any], str]] = []
+    for c in points.finetune_cells(config):
+        where = f"{measured}/finetune/{c.model}/{c.strategy}/{c.attention}/cards-{c.cards}"
+        jobs.append(("finetune", c._asdict(), f"{where}/repeat-{c.repeat}.json"))
+    for devices, repeat in points.diffusion_cells(config):
+        where = f"{measured}/diffusion/devices-{devices}/repeat-{repeat}.json"
+        jobs.append(("diffusion", {"devices": devices, "repeat": repeat}, where))
+    evaluated = [m for m in sorted(config["models"]) if config["models"][m]["evaluate"]]
+    for model in evaluated:
+        for task in sorted(config["tasks"]):
+            for protocol in config["tasks"][task]["protocols"]:
+                where = f"{measured}/baseline/{model}/{task}/{protocol}.json"
+                jobs.append(("baseline", {"model": model, "task": task, "protocol": protocol}, where))
+    ptq = config["ptq"]
+    for model in evaluated if ptq["enabled"] else []:
+        for task in ptq.get("tasks", []):
+            cell = {"model": model, "task": task, "granularity": ptq["granularity"]}
+            folder = f"{model}/{task}/sensitivity/{ptq['granularity']}"
+            for chunk in range(ptq["chunks"]):
+                where = f"{results}/ptq/{folder}/chunk-{chunk}.json"
+                jobs.append(("sensitivity", cell | {"chunk": chunk}, where))
+            for bits in map(points.bits_path, ptq["bit_lists"]):
+                for recipe in ptq["recipes"]:
+                    where = f"{measured}/ptq/{model}/{task}/{ptq['granularity']}/bits-{bits}"
+                    jobs.append(("quantize", cell | {"bits": bits, "recipe": recipe},
+                                 f"{where}/{recipe}.json"))  # fmt: skip
+    return {out: work_of(rule, SimpleNamespace(**w), out, config, system) for rule, w, out in jobs}
+
+
+class StudyForecast:
+    """A study's jobs on a system with this system's records: what the rules and `plan` ask."""
+
+    def __init__(self, config: Mapping[str, Any], system: System, measured: str) -> None:
+        self.config, self.system = config, system
+        self.works = plan_works(config, system, measured)
+        self.seen = seen_in(record_files(Path(measured)))
+
+    def of(self, output: str) -> Forecast:
+        return forecast(self.works[output], self.seen, self.system)
+
+    def all(self) -> list[Forecast]:
+        return [self.of(output) for output in self.works]
+
+    def runtime(self, rule: str, wildcards: Any, attempt: int) -> int:
+        """A Snakemake job's runtime in minutes: its forecast x MARGIN x attempt, bounded."""
+        work = work_of(rule, wildcards, "", self.config, self.system)
+        limit = (self.system.walltime or {}).get("max_minutes")
+        return forecast(work, self.seen, self.system).minutes(attempt, limit)
+
+    def judged(self) -> list[tuple[Seen, Forecast]]:
+        """Each measured job beside what the others' records forecast for it (leave-one-out)."""
+        return [(s, forecast(s.work, [o for o in self.seen if o is not s], self.system))
+                for s in self.seen]  # fmt: skip
+
+
+def charge_of(system: System, work: Work, seconds: float) -> dict[str, Any]:
+    """The site's charge for the job (accelstudy.cost), its node-hours and energy at full power."""
+    nodes, per_node = system.layout(work.cards)
+    slurm, rule = system.slurm, system.charge or {}
+    qos = slurm.get("qos_under_node") if work.cards < system.per_node else slurm.get("qos")
+    whole = (rule.get("whole_node_partitions") or [None])[0] if work.cards >= per_node else None
+    used = Allocation(nodes=nodes, cards=work.cards, cores=work.cards, qos=qos, partition=whole)
+    hours = seconds / 3600
+    bill = charged(system.charge, used, hours, system.per_node)
+    watts = (system.power or {}).get("watts_per_card")
+    energy = watts * work.cards * seconds / 3.6e6 if watts else None
+    return {"node_hours": nodes * hours, "charge": bill.get("units"), "unit": bill.get("unit"),
+            "energy_kwh": energy}  # fmt: skip
+
+
+def rows(forecasts: Iterable[Forecast], system: System) -> Iterator[dict[str, Any]]:
+    limit = (system.walltime or {}).get("max_minutes")
+    for f in forecasts:
+        row = {"system": system.name, "rule": f.work.rule, "point": f.work.point, "jobs": 1}
+        row |= {"cards": f.work.cards, "hours": f.seconds and f.seconds / 3600}
+        row |= charge_of(system, f.work, f.seconds) if f.seconds else {}
+        over = bool(limit and f.seconds and f.seconds / 60 > limit)
+        yield row | {"source": f.source, "over_walltime": over, "basis": f.basis}
