@@ -55,6 +55,24 @@ def _probe(threads: list[int]) -> None:
         print(f"{model}, {count} thread(s): {shown} GFLOP/s (GEMM probe, cached)")
 
 
+def _plan(
+    configfile: Path,
+    system: list[str],
+    every_point: bool,
+    forecast: bool,
+    budget: float | None,
+    dry_run: bool,
+) -> None:
+    if forecast or budget is not None or dry_run:
+        from accelstudy.report.forecasts import print_forecast
+
+        print_forecast(configfile, system, budget, dry_run)
+    else:
+        from accelstudy.finetune.planner import plan_study
+
+        plan_study(configfile, system, every_point)
+
+
 def _plan_memory(
     model: str, device_kind: str, memory_per_card_gb: float | None, **workload: Any
 ) -> None:
@@ -152,11 +170,16 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("attention", {"default": "fused", "choices": ["fused", "eager"]}),
          ("device", {"default": "cuda", "choices": DEVICES[1:]}),
          ("memory-per-card-gb", {"type": float, "help": "say whether it fits"})]),
-    "plan": ("list the fine-tuning points each system holds out for card or host memory",
-        "finetune.planner:plan_study",
+    "plan": ("the points each system holds out for memory; --forecast: time and charge", _plan,
         ["configfile", ("system", {"nargs": "*", "default": [], "required": False,
-                                   "help": "config/systems names (default: all)"}),
-         ("every-point", {"action": "store_true", "help": "list the points that fit too"})]),
+                                   "help": "config/systems names (default: all; --forecast: "
+                                           "the config's)"}),
+         ("every-point", {"action": "store_true", "help": "list the points that fit too"}),
+         ("forecast", {"action": "store_true",
+                       "help": "each point's wall time, node-hours, charge and energy"}),
+         ("budget", {"type": float, "help": "an allocation in the site's units (--forecast)"}),
+         ("dry-run", {"flags": ["-n", "--dry-run"], "action": "store_true",
+                      "help": "per job, only those Snakemake would run now (--forecast)"})]),
     "recommend": ("what to run where: fit map, fastest/cheapest/least-energy, sharding rule",
         "report.recommend:recommend",
         [("model", {"required": True, "help": "a finetune.models name of the config"}),
@@ -190,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
             amended = argument(amended) if isinstance(amended, str) else amended
             keywords = {**SHARED.get(name, {}), **amended}
             positional = keywords.pop("positional", False)
-            p.add_argument(name if positional else f"--{name}", **keywords)
+            flags = keywords.pop("flags", [name if positional else f"--{name}"])
+            p.add_argument(*flags, **keywords)
     return parser
 
 

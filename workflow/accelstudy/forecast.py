@@ -233,9 +233,9 @@ def seen_in(paths: Iterable[str | Path]) -> list[Seen]:
 # the rate, start-up and warm-up of a job ------------------------------------------------------
 def _assumption(system: System, work: Work) -> dict[str, str] | None:
     for row in _csv("assumed_rates.csv"):
-        if (row["device"], row["family"]) == (system.device, work.family):
-            if row["strategy"] in ("", work.kind[0]):
-                return row
+        mine = (row["device"], row["family"]) == (system.device, work.family)
+        if mine and row["strategy"] in ("", work.kind[0]):
+            return row
     return None
 
 
@@ -297,9 +297,10 @@ def forecast(work: Work, seen: list[Seen], system: System) -> Forecast:
         fraction, exponent = float(assumed["fraction_of_peak"]), float(assumed["card_exponent"])
         rate = fraction * peak / work.cards * work.cards**exponent
         source, basis = "assumed", f"{fraction:.0%} of peak, cards^{exponent:g}: {assumed['why']}"
-        startup = float(assumed["startup_s"]) + work.load_bytes / float(assumed["load_gb_per_s"]) / 1e9
-        tail, warm = 0.0, None
-    seconds = (startup or 0) + (tail or 0) + (work.timed_flops + work.warm_flops * (warm or 1)) / rate
+        loading = work.load_bytes / (float(assumed["load_gb_per_s"]) * 1e9)
+        startup, tail, warm = float(assumed["startup_s"]) + loading, 0.0, None
+    work_s = (work.timed_flops + work.warm_flops * (warm or 1.0)) / rate
+    seconds = (startup or 0.0) + (tail or 0.0) + work_s
     return Forecast(work, seconds, rate, source, basis)
 
 
@@ -319,7 +320,8 @@ def plan_works(config: Mapping[str, Any], system: System, measured: str) -> dict
         for task in sorted(config["tasks"]):
             for protocol in config["tasks"][task]["protocols"]:
                 where = f"{measured}/baseline/{model}/{task}/{protocol}.json"
-                jobs.append(("baseline", {"model": model, "task": task, "protocol": protocol}, where))
+                cell = {"model": model, "task": task, "protocol": protocol}
+                jobs.append(("baseline", cell, where))
     ptq = config["ptq"]
     for model in evaluated if ptq["enabled"] else []:
         for task in ptq.get("tasks", []):
@@ -339,10 +341,12 @@ def plan_works(config: Mapping[str, Any], system: System, measured: str) -> dict
 class StudyForecast:
     """A study's jobs on a system with this system's records: what the rules and `plan` ask."""
 
-    def __init__(self, config: Mapping[str, Any], system: System, measured: str) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], system: System, measured: str, seen: list | None = None
+    ) -> None:
         self.config, self.system = config, system
         self.works = plan_works(config, system, measured)
-        self.seen = seen_in(record_files(Path(measured)))
+        self.seen = seen_in(record_files(Path(measured))) if seen is None else seen
 
     def of(self, output: str) -> Forecast:
         return forecast(self.works[output], self.seen, self.system)
@@ -381,6 +385,7 @@ def rows(forecasts: Iterable[Forecast], system: System) -> Iterator[dict[str, An
     limit = (system.walltime or {}).get("max_minutes")
     for f in forecasts:
         row = {"system": system.name, "rule": f.work.rule, "point": f.work.point, "jobs": 1}
+        row["job"] = f.work.output
         row |= {"cards": f.work.cards, "hours": f.seconds and f.seconds / 3600}
         row |= charge_of(system, f.work, f.seconds) if f.seconds else {}
         over = bool(limit and f.seconds and f.seconds / 60 > limit)

@@ -5,7 +5,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from accelstudy import accounting
-from accelstudy.report import diffusion, finetune, ptq, recommend, timing, utilization
+from accelstudy.report import diffusion, finetune, forecasts, ptq, recommend, timing, utilization
 from accelstudy.report.collect import collect_records, with_scheduler_figures
 from accelstudy.report.pages import NOTES, Section, write_pages, write_records
 
@@ -37,6 +37,7 @@ def build_report(
         *recommend.sections(records),
         *utilization.sections(records, results_dir / "tables"),
         *timing.sections(records["record"], results_dir, measured),
+        *forecasts.sections(records, results_dir),
     ]
     if len(by_system) > 1:  # the study holds other systems' records too
         note = NOTES["systems"].format(system=system)
