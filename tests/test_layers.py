@@ -52,11 +52,19 @@ def test_the_contracts_see_an_upward_import_a_part_importing_a_part_and_a_cycle(
 
 def test_reading_the_workflow_and_the_cli_imports_no_torch():
     """Snakemake parses the rules on every invocation, and `accelstudy --help` is a CLI start:
-    neither may pay for torch (or pandas, transformers, lm_eval)."""
+    neither may pay for torch (or pandas, transformers, lm_eval). The rules' runtimes are
+    forecasts (accelstudy.forecast), computed while parsing: the paper's on Perlmutter, and the
+    default study's on this CPU (its peak from the probe's cache)."""
     code = (
-        "import sys; import accelstudy.targets, accelstudy.study, accelstudy.site, accelstudy.cli;"
+        "import sys, yaml; import accelstudy.targets, accelstudy.study, accelstudy.site,"
+        " accelstudy.cli; from accelstudy.config import validate_config;"
+        "from accelstudy.systems import load_system; from accelstudy.forecast import StudyForecast;"
+        "study = lambda f: validate_config(yaml.safe_load(open(f)));"
+        "StudyForecast(study('config/paper.yaml'), load_system('perlmutter'), 'r/p').all();"
+        "StudyForecast(study('config/config.yaml'), load_system('cpu'), 'r/c').all();"
         "heavy = {'torch', 'transformers', 'lm_eval', 'pandas', 'seaborn'} & set(sys.modules);"
         "print(sorted(heavy))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT)  # fmt: skip
     assert out.stdout.strip() == "[]"

@@ -7,7 +7,9 @@ site would receive, so the assertions read like the scheduler arguments themselv
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +35,9 @@ class JobResources(dict):
 
 
 class PlannedJob:
-    def __init__(self, rule: str, threads: int, resources: dict) -> None:
+    def __init__(self, rule: str, threads: int, resources: dict, output: str = "") -> None:
         self.name, self.threads, self.resources = rule, threads, JobResources(resources)
+        self.output = output  # its first output file
 
     def is_group(self) -> bool:
         return False
@@ -72,16 +75,18 @@ def _value(text: str):
 
 def planned_jobs(stdout: str) -> list[PlannedJob]:
     """Rule, threads and resources of every job block in a dry run's output."""
-    jobs, rule, threads = [], None, 1
+    jobs, rule, threads, output = [], None, 1, ""
     for line in stdout.splitlines():
         if line.startswith(("rule ", "localrule ")) and line.endswith(":"):
             rule, threads = line.split()[1].rstrip(":"), 1
+        elif rule and line.strip().startswith("output:"):
+            output = line.split(":", 1)[1].split(",")[0].strip()
         elif rule and line.strip().startswith("threads:"):
             threads = int(line.split(":")[1])
         elif rule and line.strip().startswith("resources:"):
             items = line.split(":", 1)[1].split(", ")
             resources = {k.strip(): _value(v) for k, _, v in (i.partition("=") for i in items)}
-            jobs.append(PlannedJob(rule, threads, resources))
+            jobs.append(PlannedJob(rule, threads, resources, output))
             rule = None
     return jobs
 
@@ -115,9 +120,10 @@ def one_per_rule(workdir: Path, profile: str, *args: str, **env: str) -> dict[st
     lines: dict[str, set[str]] = {}
     settings = executor_settings(profile)
     for job in planned_jobs(result.stdout):
-        if job.name not in ("finetune", "diffusion"):
-            lines.setdefault(job.name, set()).add(sbatch_line(job, settings))
-    # every job of a rule asks for the same thing on its first attempt
+        if job.name not in ("finetune", "diffusion"):  # time limits: each job's own forecast
+            line = re.sub(r" -t \d+", "", sbatch_line(job, settings))
+            lines.setdefault(job.name, set()).add(line)
+    # every job of a rule asks for the same thing on its first attempt, but its time
     assert all(len(v) == 1 for v in lines.values()), lines
     return {rule: v.pop() for rule, v in lines.items()}
 
@@ -139,9 +145,9 @@ def test_perlmutter_jobs(tmp_path):
     plan = one_per_rule(tmp_path, "perlmutter")
     common = {"-A m1234", "-C gpu", "--qos=shared", "--gpus=1", "--cpus-per-task=32"}
     assert all(" --requeue" in line for line in plan.values())  # preempted: back in the queue
-    assert common | {"--mem 64000", "-t 120"} <= flags(plan["baseline"])
-    assert common | {"--mem 64000", "-t 60"} <= flags(plan["sensitivity"])
-    assert common | {"--mem 64000", "-t 90"} <= flags(plan["quantize"])
+    assert common | {"--mem 64000"} <= flags(plan["baseline"])
+    assert common | {"--mem 64000"} <= flags(plan["sensitivity"])
+    assert common | {"--mem 64000"} <= flags(plan["quantize"])
     # the profile names no partition (Perlmutter selects GPU nodes by constraint and QOS;
     # the plugin then passes the cluster's default from sinfo), and no task geometry, so
     # the plugin starts one copy of the job rather than one per GPU
@@ -167,7 +173,7 @@ def test_finetune_points_ask_for_their_cards_and_nodes(tmp_path):
     for cards in (1, 2, 4):
         qos = "--qos=regular" if cards == 4 else "--qos=shared"  # under a node: its share
         assert {f"--gpus={cards}", "--nodes=1", qos, "-C gpu",
-                f"--mem {64000 * cards}", "-t 120"} <= plan[cards]  # fmt: skip
+                f"--mem {64000 * cards}"} <= plan[cards]  # fmt: skip
         assert not any(f.startswith("--ntasks") for f in plan[cards])
     for cards in (6, 8):
         assert {f"--gres=gpu:{cards // 2}", "--nodes=2", "--ntasks=2", "--cpus-per-task=32",
@@ -244,8 +250,36 @@ def test_diffusion_points_ask_for_their_devices(tmp_path):
     plan = {job.cards: flags(sbatch_line(job, settings)) for job in jobs}
     assert sorted(plan) == [1, 2, 4]
     for devices, line in plan.items():
-        assert {f"--gpus={devices}", "--nodes=1", f"--mem {64000 * devices}", "-t 120",
+        assert {f"--gpus={devices}", "--nodes=1", f"--mem {64000 * devices}",
                 "--cpus-per-task=32"} <= line  # fmt: skip
+
+
+def test_each_jobs_runtime_is_its_forecast_times_the_margin(tmp_path):
+    """The time limit sbatch gets is the job's forecast (accelstudy.forecast) times the stated
+    margin, at least MIN_MINUTES, at most the partition's limit of the system file."""
+    from accelstudy.config import validate_config
+    from accelstudy.forecast import MARGIN, MIN_MINUTES, StudyForecast
+    from accelstudy.systems import load_system
+
+    result = dry_run(tmp_path, "perlmutter")
+    assert result.returncode == 0, result.stderr[-3000:]
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    config = validate_config(paper | {"system": "perlmutter"})
+    system = load_system("perlmutter")
+    study = StudyForecast(config, system, "results/paper/perlmutter", seen=[])
+    measuring = [j for j in planned_jobs(result.stdout) if j.output in study.works]
+    assert {j.name for j in measuring} == {"baseline", "sensitivity", "quantize", "finetune",
+                                           "diffusion"}  # fmt: skip
+    assert len(measuring) == len(study.works) == 6 + 66 + 27 + 270 + 3
+    limit = system.walltime["max_minutes"]
+    for job in measuring:
+        told = study.of(job.output)
+        wanted = min(limit, max(MIN_MINUTES, math.ceil(told.seconds * MARGIN / 60)))
+        assert job.resources["runtime"] == wanted, job.output
+        assert f"-t {wanted}" in sbatch_line(job, executor_settings("perlmutter"))
+    # the one-device SR3 point at the assumed rate: over a day, so the limit grows with it
+    longest = max(measuring, key=lambda j: j.resources["runtime"])
+    assert longest.name == "diffusion" and longest.resources["runtime"] > 24 * 60
 
 
 def test_voyager_finetune_points_take_their_gaudi_cards(tmp_path):
@@ -270,29 +304,31 @@ def test_site_variants_are_system_files(tmp_path):
 def test_expanse_jobs(tmp_path):
     plan = one_per_rule(tmp_path, "expanse")
     common = {"-A m1234", "--gpus=1", "--mem 92000", "--cpus-per-task=10"}
-    assert common | {"-p gpu-shared", "-t 120"} <= flags(plan["baseline"])
-    assert common | {"-p gpu-shared", "-t 30"} <= flags(plan["sensitivity"])
-    assert common | {"-p gpu-shared", "-t 90"} <= flags(plan["quantize"])
+    assert common | {"-p gpu-shared"} <= flags(plan["baseline"])
+    assert common | {"-p gpu-shared"} <= flags(plan["sensitivity"])
+    assert common | {"-p gpu-shared"} <= flags(plan["quantize"])
     # every Expanse job states its memory, small ones included
     assert all("--mem " in line for line in plan.values())
     # short per-layer jobs may start in the debug queue, by choice
     plan = one_per_rule(tmp_path, "expanse", ACCELSTUDY_SLURM_SHORT_PARTITION="gpu-debug")
-    assert {"-p gpu-debug", "-t 30"} <= flags(plan["sensitivity"])
+    assert "-p gpu-debug" in plan["sensitivity"]
     assert "-p gpu-shared" in plan["quantize"]
 
 
 @pytest.mark.parametrize("profile", ["perlmutter", "expanse"])
 def test_a_retry_gets_more_time(profile, monkeypatch):
-    """A time-out is retried (profile `retries`) with runtime x attempt."""
+    """A time-out is retried (profile `retries`) with runtime x attempt: the measuring rules'
+    forecast x margin x attempt (tests/test_forecast.py), the preparing jobs' default too."""
     from snakemake.resources import Resources
 
     config = yaml.safe_load((ROOT / "profiles" / profile / "config.yaml").read_text())
     assert config["retries"] >= 1
-    for rule, values in config["set-resources"].items():
-        parsed = Resources.parse([f"{k}={v}" for k, v in values.items()], allow_expressions=True)
-        runtime = {a: parsed["runtime"].evaluate(wildcards=None, input=None, attempt=a,
-                   threads=1, rulename=rule, async_run=None).value for a in (1, 2)}  # fmt: skip
-        assert runtime[2] == 2 * runtime[1], rule
+    assert not any("runtime" in values for values in config["set-resources"].values())
+    default = config["default-resources"]["runtime"]
+    parsed = Resources.parse([f"runtime={default}"], allow_expressions=True)
+    runtime = {a: parsed["runtime"].evaluate(wildcards=None, input=None, attempt=a, threads=1,
+               rulename="report", async_run=None).value for a in (1, 2)}  # fmt: skip
+    assert runtime[2] == 2 * runtime[1]
     if profile == "expanse":
         monkeypatch.setenv("ACCELSTUDY_SLURM_SHORT_PARTITION", "gpu-debug")
         partition = Resources.parse(

@@ -96,6 +96,23 @@ def promised(rule: str) -> dict:
     return evaluated
 
 
+def forecast_minutes(rule: str) -> int:
+    """The time limit the forecast gives the rule's jobs at submission (no records yet): each
+    tiny job's forecast x margin is below the floor, so all ask for MIN_MINUTES."""
+    from snakemake.utils import update_config
+
+    from accelstudy.config import validate_config
+    from accelstudy.forecast import StudyForecast
+    from accelstudy.systems import load_system
+
+    config = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
+    update_config(config, yaml.safe_load((ROOT / ".test" / "slurm.yaml").read_text()))
+    config = validate_config(config)
+    study = StudyForecast(config, load_system("slurm-test"), "results/tiny/slurm-test", seen=[])
+    (minutes,) = {f.minutes(1, None) for f in study.all() if f.work.rule == rule}
+    return minutes
+
+
 def test_tiny_study_completes_through_slurm(slurm_study):
     workdir, _ = slurm_study
     base = workdir / "results" / "tiny"
@@ -126,7 +143,7 @@ def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
             assert job["Partition"] == want["slurm_partition"]
             assert job["Features"] == want["constraint"]
             assert job["MinMemoryNode"] == f"{want['mem_mb']}M"
-            hours, minutes = divmod(want["runtime"], 60)
+            hours, minutes = divmod(forecast_minutes(rule), 60)
             assert job["TimeLimit"] == f"{hours:02d}:{minutes:02d}:00"
             nodes = 2 if rule in POINTS else 1  # a point: its GPUs per node, a task per node
             tres = "TresPerNode" if rule in POINTS else "TresPerJob"

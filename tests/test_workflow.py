@@ -191,6 +191,21 @@ def test_where_the_time_went(study):
     assert "Where the time went" in (study / "results/tiny/report/report.md").read_text()
 
 
+def test_the_forecast_is_judged_on_the_studys_own_jobs(study):
+    """Every timed job beside what the other records forecast for it (leave-one-out): a
+    fine-tuning repeat from its two siblings (measured), an SR3 point from the other count."""
+    judged = pd.read_csv(study / "results/tiny/tables/forecast_judged.csv")
+    counts = judged.groupby("rule").size().to_dict()
+    assert counts == {"baseline": 4, "quantize": 4, "finetune": 3, "diffusion": 6}
+    assert (judged.loc[judged["rule"] == "finetune", "source"] == "measured").all()
+    assert set(judged.loc[judged["rule"] == "diffusion", "source"]) == {"measured"}
+    assert (judged["forecast_s"] > 0).all() and (judged["measured_s"] > 0).all()
+    error = judged["forecast_s"] / judged["measured_s"] - 1
+    assert error.round(6).tolist() == judged["error"].round(6).tolist()
+    report = (study / "results/tiny/report/report.md").read_text()
+    assert "The forecast judged" in report and "finetune: median error" in report
+
+
 def test_repeats_get_their_interval(study):
     """The tiny study repeats each fine-tuning and SR3 point 3 times: the tables give each
     point's median with its repeats' min-max and the rule's 75% (Fig. 2 and 3 draw the same)."""

@@ -12,6 +12,7 @@ ask it for every job's SLURM runtime while Snakemake parses the workflow."""
 
 import csv
 import functools
+import inspect
 import json
 import math
 import statistics
@@ -21,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from accelstudy import flops, points
+from accelstudy import flops, models, points
 from accelstudy.cost import Allocation, charged
 from accelstudy.paths import RESOURCES, record_files
 from accelstudy.snapshots import weights_dir
@@ -82,8 +83,9 @@ class Forecast:
 
     def minutes(self, attempt: int, limit: int | None) -> int:
         """The SLURM runtime: forecast x MARGIN x attempt, within [MIN_MINUTES, limit]."""
-        wanted = UNKNOWN_MINUTES if self.seconds is None else self.seconds * MARGIN / 60
-        minutes = max(MIN_MINUTES, math.ceil(wanted)) * attempt
+        if self.seconds is None:  # no forecast: the longest the partition takes
+            return limit or UNKNOWN_MINUTES * attempt
+        minutes = max(MIN_MINUTES, math.ceil(self.seconds * MARGIN / 60)) * attempt
         return min(minutes, limit) if limit else minutes
 
 
@@ -95,8 +97,16 @@ def _csv(name: str) -> tuple[dict[str, str], ...]:
 
 
 def model_config(config: Mapping[str, Any], model: str) -> dict[str, Any] | None:
-    """resources/models/<name>/config.json (shipped: the paper's models and the default's), else
-    the prepared model's; None before a model with neither is prepared."""
+    """resources/models/<name>/config.json (shipped: the paper's models and the default's), a
+    tiny random model's sizes, else the prepared model's; None before it is prepared."""
+    spec = config["models"].get(model, {})
+    if spec.get("source") == "tiny-random":  # tiny_random_llama's sizes, as the spec sets them
+        defaults = inspect.signature(models.tiny_random_llama).parameters.items()
+        tiny = {name: p.default for name, p in defaults} | spec.get("tiny", {})
+        names = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+        names += ("num_key_value_heads", "vocab_size")
+        keys = ("hidden", "intermediate", "layers", "heads", "kv_heads", "vocab")
+        return {name: tiny[key] for name, key in zip(names, keys, strict=True)}
     prepared = weights_dir(Path(config["results_dir"], config["study"], "models", model))
     for folder in (RESOURCES / "models" / model, prepared):
         if (folder / "config.json").is_file():
@@ -218,7 +228,10 @@ def seen_in(paths: Iterable[str | Path]) -> list[Seen]:
         except (OSError, ValueError):
             continue  # a record being written: the next parse reads it
         metrics, times = record.get("metrics", {}), record.get("provenance", {}).get("timeline", {})
-        work = work_from_record(record, path)
+        try:
+            work = work_from_record(record, path)
+        except (KeyError, TypeError):
+            continue  # a record without its parameters (an older schema's, a test's)
         if work is None or metrics.get("status", "ok") != "ok" or "end_s" not in times:
             continue  # a hole (held out, unsupported, out of memory), or no timeline
         ready = times.get("ready_s", 0.0)

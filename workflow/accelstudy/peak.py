@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,13 @@ def cached_probes() -> dict[str, Any]:
 
 
 def probe_key(threads: int) -> str:
-    import torch
-
+    """The cache key; torch's version from its metadata, so that reading the cache (the
+    forecast, at parse time) does not import torch."""
     model, flags = cpu_model_and_flags()
     dispatch = {name: os.environ.get(name, "") for name in DISPATCH}
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    what = json.dumps([model, flags, threads, usable, torch.__version__, dispatch], sort_keys=True)
+    torch_version = metadata.version("torch")
+    what = json.dumps([model, flags, threads, usable, torch_version, dispatch], sort_keys=True)
     return hashlib.sha256(what.encode()).hexdigest()[:16]
 
 

@@ -1,0 +1,185 @@
+"""The forecast (accelstudy.forecast): each job's FLOPs from its config, its rate from this
+system's records before any assumption, its SLURM runtime, and `accelstudy plan --forecast`."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from accelstudy import flops
+from accelstudy.cli import main
+from accelstudy.config import validate_config
+from accelstudy.errors import ConfigError
+from accelstudy.forecast import (
+    MARGIN,
+    MIN_MINUTES,
+    Forecast,
+    Seen,
+    StudyForecast,
+    Work,
+    charge_of,
+    forecast,
+    parameters,
+    seen_in,
+    work_of,
+)
+from accelstudy.paths import RESOURCES
+from accelstudy.systems import check_system, load_system
+
+from tests.conftest import ROOT
+
+PAPER = validate_config(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+PERLMUTTER = load_system("perlmutter")
+
+
+def finetune_cell(**changes):
+    cell = dict(model="llama-3.1-8b-instruct", strategy="ddp", attention="fused", cards=2, repeat=0)
+    return SimpleNamespace(**(cell | changes))
+
+
+def test_a_finetune_job_is_its_steps_tokens_times_the_counted_flops():
+    work = work_of("finetune", finetune_cell(), "out", PAPER, PERLMUTTER)
+    model = json.loads((RESOURCES / "models" / "llama-3.1-8b-instruct" / "config.json").read_text())
+    per_token = flops.training_per_token(model, 512, 64, ("q_proj", "v_proj"))
+    per_step = 2 * 2 * 512 * 2  # batch x accumulation x sequence x cards
+    assert work.timed_flops == pytest.approx((60 - 3) * per_step * per_token)
+    assert work.warm_flops == pytest.approx(3 * per_step * per_token)
+    # Llama-3.1-8B: 8.03e9 weights (its model card), in bfloat16
+    assert parameters(model) == pytest.approx(8.03e9, rel=0.01)
+    assert work.load_bytes == 2 * parameters(model)
+
+
+def test_an_evaluation_reads_its_splits_tokens():
+    cell = SimpleNamespace(model="tinyllama-1.1b", task="wikitext", protocol="paper")
+    work = work_of("baseline", cell, "out", PAPER, PERLMUTTER)
+    model = json.loads((RESOURCES / "models" / "tinyllama-1.1b" / "config.json").read_text())
+    # the paper's test split: 661 blocks of 512 tokens
+    assert work.timed_flops == pytest.approx(338_432 * flops.forward_per_token(model, 512))
+    chunk = SimpleNamespace(model="tinyllama-1.1b", task="wikitext", granularity="layer", chunk=0)
+    sensitivity = work_of("sensitivity", chunk, "out", PAPER, PERLMUTTER)
+    # one layer per chunk (22 chunks) and the unpruned model: 2 passes over 297,472 tokens
+    expected = 2 * 297_472 * flops.forward_per_token(model, 512)
+    assert sensitivity.timed_flops == pytest.approx(expected)
+
+
+def seen(kind=("ddp", "fused"), cards=1, rate=1e12, model="m", startup=10.0, warm_s=2.0):
+    work = Work("finetune", f"{kind}{cards}", model, kind, cards, "bfloat16", 1e14, 1e12)
+    return Seen(work, rate, startup, warm_s, 1.0, startup + warm_s + 1e14 / rate + 1.0)
+
+
+def test_the_rate_comes_from_records_before_any_assumption():
+    work = Work("finetune", "x", "m", ("ddp", "fused"), 4, "bfloat16", 8e14, 4e12)
+    records = [seen(cards=1, rate=1e12), seen(cards=2, rate=1.8e12)]
+    told = forecast(work, records, PERLMUTTER)
+    exponent = math.log(1.8) / math.log(2)  # fitted from the two card counts
+    assert told.source == "scaled"
+    assert told.rate == pytest.approx(1.8e12 * 2**exponent)
+    # start-up and tail: the records' medians; warm-up: how much longer than its work at the
+    # measured rate it took (2 s for 1e12 FLOPs: 2x at 1e12 FLOP/s, 3.6x at 1.8e12), median 2.8
+    expected = 10.0 + 1.0 + (8e14 + 4e12 * 2.8) / told.rate
+    assert told.seconds == pytest.approx(expected)
+    same = forecast(work, [seen(cards=4)], PERLMUTTER)
+    assert same.source == "measured" and same.rate == 1e12
+    other_model = forecast(work, [seen(cards=4, model="other")], PERLMUTTER)
+    assert other_model.source == "scaled"  # FLOP/s carries across models
+    # nothing measured: the stated assumption for (cuda, finetune, ddp) against the datasheet
+    assumed = forecast(work, [], PERLMUTTER)
+    assert assumed.source == "assumed" and "of peak" in assumed.basis
+    assert assumed.rate == pytest.approx(0.35 * 312e12 * 4**0.95)
+
+
+def test_the_runtime_is_the_forecast_times_the_margin_within_bounds():
+    work = Work("finetune", "x", "m", ("ddp", "fused"), 1, "bfloat16", 1.0)
+    assert Forecast(work, 3600, 1.0, "assumed", "").minutes(1, 2880) == math.ceil(60 * MARGIN)
+    assert Forecast(work, 3600, 1.0, "assumed", "").minutes(2, 2880) == 2 * math.ceil(60 * MARGIN)
+    assert Forecast(work, 5, 1.0, "assumed", "").minutes(1, 2880) == MIN_MINUTES
+    assert Forecast(work, 40 * 3600, 1.0, "assumed", "").minutes(1, 2880) == 2880  # the limit
+    assert Forecast(work, None, None, "unknown", "").minutes(1, 2880) == 2880
+
+
+def test_the_charge_follows_the_sites_rule():
+    """Perlmutter: under 4 GPUs in QOS shared, charged the GPUs' share of a node."""
+    two = Work("finetune", "x", "m", ("ddp", "fused"), 2, "bfloat16", 1.0)
+    bill = charge_of(PERLMUTTER, two, 3600)
+    assert bill["charge"] == pytest.approx(0.5) and bill["node_hours"] == pytest.approx(1.0)
+    assert bill["energy_kwh"] == pytest.approx(2 * 400 / 1000)  # two A100s at 400 W, one hour
+    eight = charge_of(PERLMUTTER, Work("finetune", "x", "m", ("ddp",), 8, "bfloat16", 1.0), 3600)
+    assert eight["charge"] == pytest.approx(2.0)  # two whole nodes
+
+
+def test_a_record_gives_its_work_and_phases(tmp_path):
+    record = {
+        "stage": "finetune", "model": "m", "metrics": {"status": "ok", "flops_per_token": 1e9},
+        "parameters": {"per_device_batch": 1, "grad_accum": 1, "max_seq_length": 512, "cards": 2,
+                       "throughput_warmup_steps": 1, "max_steps": 3, "strategy": "zero3",
+                       "attention": "eager", "dtype": "float32"},
+        "provenance": {"timeline": {"ready_s": 10, "measured_s": 14, "done_s": 24, "end_s": 25}},
+    }  # fmt: skip
+    path = tmp_path / "repeat-0.json"
+    path.write_text(json.dumps(record))
+    (one,) = seen_in([path])
+    assert one.work.timed_flops == 2 * 1024 * 1e9  # 2 timed steps of 1024 tokens
+    assert one.rate == pytest.approx(2 * 1024 * 1e9 / 10)
+    assert (one.startup_s, one.warm_s, one.tail_s, one.wall_s) == (10, 4, 1, 25)
+    hole = record | {"metrics": {"status": "does-not-fit"}}
+    path.write_text(json.dumps(hole))
+    assert seen_in([path]) == []  # a hole has no rate
+
+
+def test_the_sr3_flops_shipped_are_torchs_count():
+    """resources/sr3_flops.csv's default shape, recounted by torch (the paper's: 2 min on a CPU)."""
+    import torch
+    from accelstudy import options
+    from accelstudy.diffusion import sr3
+    from accelstudy.forecast import sr3_flops
+
+    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["diffusion"]
+    model = options.default("diffusion.model") | default["model"]
+    torch.manual_seed(0)
+    unet = sr3.build_unet(model, 64)
+    table = sr3.sqrt_alpha_bar_prev(sr3.scheduler(options.default("diffusion.schedule")))
+    images = torch.randn(2, 1, 64, 64), torch.randn(2, 1, 64, 64)
+    assert sr3_flops(model, 64) == sr3.flops_per_image(unet, table, *images)
+
+
+def test_the_stand_in_splits_are_sized_as_shipped():
+    from accelstudy.data.standin import standin_rows
+    from accelstudy.forecast import _csv
+
+    for row in _csv("splits.csv"):
+        if row["source"] == "standin" and row["task"] != "wikitext":  # wikitext: in blocks
+            assert len(standin_rows(row["task"], row["split"])) == int(row["items"]), row
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("walltime", {"max_minutes": 0, "doc": "x"}), ("power", {"watts_per_card": 400})],
+)
+def test_a_bad_forecast_key_of_a_system_file_is_named(key, value):
+    spec = yaml.safe_load((ROOT / "config" / "systems" / "perlmutter.yaml").read_text())
+    with pytest.raises(ConfigError, match=key):
+        check_system(spec | {key: value}, "config/systems/perlmutter.yaml: key")
+
+
+def test_plan_forecast_prints_the_papers_cost_on_perlmutter(capsys):
+    code = main(["plan", "--forecast", "--configfile", "config/paper.yaml", "--system",
+                 "perlmutter", "--budget", "10"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "per point (repeats summed)" in out and "assumed" in out
+    total = next(line for line in out.splitlines() if line.startswith("total:"))
+    assert "node-hours" in total and "GPU node-hours" in total and "kWh" in total
+    charged = float(total.split(",")[1].split()[0])
+    assert charged > 10 and f"exceeds it by {charged - 10:.4g}" in out
+    assert "published SR3 minutes" in out and "A100" in out
+
+
+def test_the_default_study_forecasts_itself_offline():
+    """Its model's config ships in resources/: every job has a FLOP count before it is prepared."""
+    config = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    study = StudyForecast(config, load_system("cpu"), "results/default/cpu", seen=[])
+    assert all(f.work.timed_flops for f in study.all())
+    assert {f.work.rule for f in study.all()} == {
+        "baseline", "sensitivity", "quantize", "finetune", "diffusion"
+    }  # fmt: skip
