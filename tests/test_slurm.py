@@ -99,11 +99,10 @@ def promised(rule: str) -> dict:
 def forecast_minutes(rule: str) -> int:
     """The time limit the forecast gives the rule's jobs at submission (no records yet): each
     tiny job's forecast x margin is below the floor, so all ask for MIN_MINUTES."""
-    from snakemake.utils import update_config
-
     from accelstudy.config import validate_config
     from accelstudy.forecast import StudyForecast
     from accelstudy.systems import load_system
+    from snakemake.utils import update_config
 
     config = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
     update_config(config, yaml.safe_load((ROOT / ".test" / "slurm.yaml").read_text()))
