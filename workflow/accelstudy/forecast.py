@@ -103,10 +103,15 @@ def model_config(config: Mapping[str, Any], model: str) -> dict[str, Any] | None
     if spec.get("source") == "tiny-random":  # tiny_random_llama's sizes, as the spec sets them
         defaults = inspect.signature(models.tiny_random_llama).parameters.items()
         tiny = {name: p.default for name, p in defaults} | spec.get("tiny", {})
-        names = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
-        names += ("num_key_value_heads", "vocab_size")
-        keys = ("hidden", "intermediate", "layers", "heads", "kv_heads", "vocab")
-        return {name: tiny[key] for name, key in zip(names, keys, strict=True)}
+        named = {
+            "hidden_size": "hidden",
+            "intermediate_size": "intermediate",
+            "vocab_size": "vocab",
+        }
+        named |= {"num_hidden_layers": "layers", "num_attention_heads": "heads"}
+        return {name: tiny[key] for name, key in named.items()} | {
+            "num_key_value_heads": tiny["kv_heads"]
+        }
     prepared = weights_dir(Path(config["results_dir"], config["study"], "models", model))
     for folder in (RESOURCES / "models" / model, prepared):
         if (folder / "config.json").is_file():
@@ -152,46 +157,60 @@ def _dtype(asked: str, system: System) -> str:
     return "bfloat16" if system.device != "cpu" and "bfloat16" in system.dtypes else "float32"
 
 
+def _finetune(w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
+    point, model = points.finetune_point(config, w, data_file=""), model_config(config, w.model)
+    dtype, kind = _dtype(point.dtype, system), (point.strategy, point.attention)
+    if model is None:
+        return Work("finetune", output, w.model, kind, point.cards, dtype, None)
+    lora = (point.lora.rank, point.lora.targets) if point.method == "lora" else (0, ())
+    per_token = flops.training_per_token(model, point.max_seq_length, *lora)
+    per_step = point.samples_per_step * point.max_seq_length * point.cards * per_token
+    warm_steps = min(point.throughput_warmup_steps, point.max_steps)
+    timed, warm = (point.max_steps - warm_steps) * per_step, warm_steps * per_step
+    loads = parameters(model) * DTYPE_BYTES.get(dtype, 4)
+    return Work("finetune", output, w.model, kind, point.cards, dtype, timed, warm, loads)
+
+
+def _diffusion(w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
+    sr3 = points.diffusion_point(config, w)
+    per_image = sr3_flops(sr3.model, config["diffusion"]["data"]["hr_size"])
+    dtype, images = _dtype(sr3.dtype, system), sr3.batch_per_device * sr3.devices
+    if per_image is None:
+        return Work("diffusion", output, "sr3", ("sr3",), sr3.devices, dtype, None)
+    steps = math.ceil(sr3.total_iterations / sr3.devices) - sr3.warmup_iterations
+    warm = sr3.warmup_iterations * images * per_image
+    return Work("diffusion", output, "sr3", ("sr3",), sr3.devices, dtype,
+                steps * images * per_image, warm)  # fmt: skip
+
+
+def _evaluation(rule: str, w: Any, output: str, config: Mapping[str, Any]) -> Work:
+    """A baseline or quantized evaluation over its split, or a sensitivity chunk: every target
+    of the chunk pruned in turn, and the unpruned model, each over the calibration data."""
+    task, evaluation, model = config["tasks"][w.task], config["evaluation"], None
+    model = model_config(config, w.model)
+    passes, split, limit = 1, task["eval_split"], task.get("limit")
+    if rule == "sensitivity":
+        split, limit = TASKS[w.task].calibration_split, config["ptq"]["calibration_limit"][w.task]
+        per_layer = 1 if w.granularity == "layer" else 3 if config["ptq"]["family"] == "mlp" else 7
+        layers = model["num_hidden_layers"] if model else 0
+        passes = math.ceil(layers * per_layer / config["ptq"]["chunks"]) + 1
+    kind, dtype = (w.task, getattr(w, "protocol", "paper")), evaluation["dtype"]
+    tokens = passes * split_tokens(task, w.task, split, limit)
+    if model is None or math.isnan(tokens):
+        return Work(rule, output, w.model, kind, 1, dtype, None)
+    length = evaluation["block_size"] if w.task == "wikitext" else 256  # a typical item's
+    timed = tokens * flops.forward_per_token(model, length)
+    return Work(rule, output, w.model, kind, 1, dtype, timed, 0.0,
+                parameters(model) * DTYPE_BYTES[dtype])  # fmt: skip
+
+
 def work_of(rule: str, w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
     """The job of `rule` with wildcards `w` (a Snakemake job's, or one the plan builds)."""
-    model_name = getattr(w, "model", "sr3")
-    model = model_config(config, model_name) if rule != "diffusion" else None
     if rule == "finetune":
-        point = points.finetune_point(config, w, data_file="")
-        lora = (point.lora.rank, point.lora.targets) if point.method == "lora" else (0, ())
-        per_step = point.samples_per_step * point.max_seq_length * point.cards
-        per_token = model and flops.training_per_token(model, point.max_seq_length, *lora)
-        warm_steps = min(point.throughput_warmup_steps, point.max_steps)
-        dtype, kind = _dtype(point.dtype, system), (point.strategy, point.attention)
-        timed = per_token and (point.max_steps - warm_steps) * per_step * per_token
-        warm = (per_token or 0) * warm_steps * per_step
-        loads = parameters(model) * DTYPE_BYTES.get(dtype, 4) if model else 0.0
-        return Work(rule, output, model_name, kind, point.cards, dtype, timed, warm, loads)
+        return _finetune(w, output, config, system)
     if rule == "diffusion":
-        sr3 = points.diffusion_point(config, w)
-        per_image = sr3_flops(sr3.model, config["diffusion"]["data"]["hr_size"])
-        steps = math.ceil(sr3.total_iterations / sr3.devices)
-        images = sr3.batch_per_device * sr3.devices
-        timed = per_image and (steps - sr3.warmup_iterations) * images * per_image
-        warm = (per_image or 0) * sr3.warmup_iterations * images
-        dtype = _dtype(sr3.dtype, system)
-        return Work(rule, output, "sr3", ("sr3",), sr3.devices, dtype, timed, warm)
-    task, evaluation = config["tasks"][w.task], config["evaluation"]
-    if rule == "sensitivity":  # every target of the chunk, and the unpruned model, once each
-        split, limit = TASKS[w.task].calibration_split, config["ptq"]["calibration_limit"][w.task]
-        layers = model["num_hidden_layers"] if model else 0
-        per_layer = 1 if w.granularity == "layer" else 3 if config["ptq"]["family"] == "mlp" else 7
-        passes = math.ceil(layers * per_layer / config["ptq"]["chunks"]) + 1
-    else:
-        split, limit, passes = task["eval_split"], task.get("limit"), 1
-    protocol = getattr(w, "protocol", "paper")
-    length = evaluation["block_size"] if w.task == "wikitext" else 256
-    tokens = passes * split_tokens(task, w.task, split, limit)
-    per_token = model and flops.forward_per_token(model, length)
-    timed = None if not per_token or math.isnan(tokens) else tokens * per_token
-    loads = parameters(model) * DTYPE_BYTES[evaluation["dtype"]] if model else 0.0
-    kind = (w.task, protocol)
-    return Work(rule, output, model_name, kind, 1, evaluation["dtype"], timed, 0.0, loads)
+        return _diffusion(w, output, config, system)
+    return _evaluation(rule, w, output, config)
 
 
 # this system's records ------------------------------------------------------------------------
@@ -301,7 +320,9 @@ def forecast(work: Work, seen: list[Seen], system: System) -> Forecast:
         basis += "" if nearest.work.cards == work.cards else f", cards^{exponent:.2f}"
         like = [s for s in same if s.work.model == work.model] or same
         startup, tail = _median(s.startup_s for s in like), _median(s.tail_s for s in like)
-        warm = _median(s.warm_s * s.rate / s.work.warm_flops for s in family if s.work.warm_flops)
+        warm = _median(
+            (s.warm_s or 0.0) * s.rate / s.work.warm_flops for s in family if s.work.warm_flops
+        )
     else:
         peak = _peak(system, work.dtype, work.cards)
         if not assumed or peak is None:

@@ -147,7 +147,7 @@ def summary(table: pd.DataFrame) -> str:
 
 def sections(records: pd.DataFrame, results_dir: Path) -> list[Section]:
     """The forecast judged on this study's own jobs (tables/forecast_judged.csv)."""
-    systems = records["system"].unique() if "system" in records else []
+    systems = list(records["system"].unique()) if "system" in records else []
     if len(systems) != 1 or records.empty:
         return []
     system = load_system(systems[0])
@@ -161,7 +161,9 @@ def sections(records: pd.DataFrame, results_dir: Path) -> list[Section]:
                     shown.drop(columns="basis").round(1))]  # fmt: skip
 
 
-def point_forecasts(config: dict[str, Any], system: Any, records: Iterable[str]) -> pd.DataFrame:
+def point_forecasts(
+    config: dict[str, Any], system: Any, records: Iterable[str | Path]
+) -> pd.DataFrame:
     """`recommend`'s forecast: each fine-tuning point's hours and charge from `records`."""
     study = StudyForecast(config, system, "", seen=seen_in(records))
     jobs = pd.DataFrame(rows([f for f in study.all() if f.work.rule == "finetune"], system))
