@@ -76,16 +76,17 @@ def held_out(config: dict[str, Any], system: Any) -> set[str]:
 
 
 def plan_table(config: dict[str, Any], configfile: Path, name: str, dry_run: bool) -> tuple:
-    """(a row per point, or per job of Snakemake's plan with `dry_run`; the held-out count)."""
+    """(a row per point, or per job of Snakemake's plan with `dry_run`; the held-out jobs)."""
     system, results = load_system(name), f"{config['results_dir']}/{config['study']}/"
     jobs = pd.DataFrame(rows(StudyForecast(config, system, results + name).all(), system))
-    if dry_run:
-        planned = dry_run_outputs(configfile, name)
-        jobs = jobs[jobs["job"].isin(planned)].assign(point=lambda frame: frame["job"])
-    jobs["point"] = jobs["point"].str.removeprefix(results).str.removeprefix(f"{name}/")
     holes = held_out(config, system) if config["finetune"]["enabled"] else set()
     hole = jobs["point"].map(lambda point: any(point.endswith(h) for h in holes))
-    return (by_point(jobs[~hole]) if (~hole).any() else pd.DataFrame()), int(hole.sum())
+    jobs = jobs[~hole]
+    if dry_run:
+        jobs = jobs[jobs["job"].isin(dry_run_outputs(configfile, name))]
+        jobs = jobs.assign(point=jobs["job"])
+    jobs = jobs.assign(point=jobs["point"].str.removeprefix(results).str.removeprefix(f"{name}/"))
+    return (by_point(jobs) if not jobs.empty else jobs), int(hole.sum())
 
 
 def print_forecast(
@@ -97,7 +98,7 @@ def print_forecast(
     for name in systems or [config["system"]]:
         table, holes = plan_table(config, configfile, name, dry_run)
         shown = "per job of Snakemake's plan" if dry_run else "per point (repeats summed)"
-        print(f"{name}: {shown}; {holes} held out for memory (a job that records the hole)")
+        print(f"{name}: {shown}; {holes} jobs held out for memory (each records its hole)")
         if table.empty:
             print("  nothing to run")
             continue
@@ -115,11 +116,19 @@ def print_forecast(
             print(f"allocation {budget:g} {unit}: the study {verdict}; the costliest points:")
             costly = table.sort_values("charge", ascending=False).head(5)
             print(costly[["rule", "point", "charge"]].to_string(index=False))
+        if (unknown := table[table["source"] == "unknown"]).shape[0]:
+            print(f"no forecast for {int(unknown['jobs'].sum())} jobs (not in the totals): "
+                  f"{unknown['basis'].iloc[0]}")  # fmt: skip
         for source, basis in table.groupby("source")["basis"].first().items():
             print(f"  {source}, e.g.: {basis}")
         print(f"  SLURM time limits: the forecast x {MARGIN} x the attempt, within the limit")
     print("The assumed rates judged against the published SR3 minutes (never fitted to them):")
-    print(sr3_judged().to_string(index=False))
+    judged_sr3 = sr3_judged()
+    told = judged_sr3.dropna(subset=["forecast_min"])
+    print(told.to_string(index=False))
+    if len(told) < len(judged_sr3):
+        missing = sorted(set(judged_sr3["device"]) - set(told["device"]))
+        print(f"  not forecast (no float32 peak in their system files): {', '.join(missing)}")
 
 
 def judged(seen: list[Seen], system: Any) -> pd.DataFrame:
