@@ -106,6 +106,11 @@ def test_the_charge_follows_the_sites_rule():
     assert bill["energy_kwh"] == pytest.approx(2 * 400 / 1000)  # two A100s at 400 W, one hour
     eight = charge_of(PERLMUTTER, Work("finetune", "x", "m", ("ddp",), 8, "bfloat16", 1.0), 3600)
     assert eight["charge"] == pytest.approx(2.0)  # two whole nodes
+    # Expanse: 2 GPUs in gpu-shared, 2 GPU SUs an hour; 6 in its node-exclusive gpu: 8
+    expanse = load_system("expanse")
+    assert charge_of(expanse, two, 3600)["charge"] == pytest.approx(2.0)
+    six = Work("finetune", "x", "m", ("ddp",), 6, "bfloat16", 1.0)
+    assert charge_of(expanse, six, 3600)["charge"] == pytest.approx(8.0)
 
 
 def test_a_record_gives_its_work_and_phases(tmp_path):

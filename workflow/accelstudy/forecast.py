@@ -394,18 +394,13 @@ class StudyForecast:
         limit = (self.system.walltime or {}).get("max_minutes")
         return forecast(work, self.seen, self.system).minutes(attempt, limit)
 
-    def judged(self) -> list[tuple[Seen, Forecast]]:
-        """Each measured job beside what the others' records forecast for it (leave-one-out)."""
-        return [(s, forecast(s.work, [o for o in self.seen if o is not s], self.system))
-                for s in self.seen]  # fmt: skip
-
 
 def charge_of(system: System, work: Work, seconds: float) -> dict[str, Any]:
     """The site's charge for the job (accelstudy.cost), its node-hours and energy at full power."""
-    nodes, per_node = system.layout(work.cards)
+    nodes, whole_nodes = system.layout(work.cards)[0], work.cards >= system.per_node
     slurm, rule = system.slurm, system.charge or {}
-    qos = slurm.get("qos_under_node") if work.cards < system.per_node else slurm.get("qos")
-    whole = (rule.get("whole_node_partitions") or [None])[0] if work.cards >= per_node else None
+    qos = slurm.get("qos") if whole_nodes else slurm.get("qos_under_node")
+    whole = (rule.get("whole_node_partitions") or [None])[0] if whole_nodes else None
     used = Allocation(nodes=nodes, cards=work.cards, cores=work.cards, qos=qos, partition=whole)
     hours = seconds / 3600
     bill = charged(system.charge, used, hours, system.per_node)
