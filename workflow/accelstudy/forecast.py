@@ -304,7 +304,8 @@ def _median(values: Iterable[float | None]) -> float | None:
 def forecast(work: Work, seen: list[Seen], system: System) -> Forecast:
     """The job's wall time from this system's records (measured or scaled), else assumed."""
     family = [s for s in seen if s.work.family == work.family]
-    same = [s for s in family if s.work.kind == work.kind] or family
+    alike = [s for s in family if s.work.kind == work.kind]
+    same = alike or family
     assumed = _assumption(system, work) or {}
     if work.timed_flops is None:
         return Forecast(work, None, None, "unknown", "no FLOP count for this job's model")
@@ -316,7 +317,8 @@ def forecast(work: Work, seen: list[Seen], system: System) -> Forecast:
         rate = statistics.median(at) * (work.cards / nearest.work.cards) ** exponent
         exact = nearest.work.cards == work.cards and nearest.work.kind == work.kind
         source = "measured" if exact and nearest.work.model == work.model else "scaled"
-        basis = f"{len(at)} record(s) of {'/'.join(nearest.work.kind)} on {nearest.work.cards}"
+        what = "/".join(work.kind) if alike else f"other {work.family} kinds"
+        basis = f"{len(at)} record(s) of {what} on {nearest.work.cards}"
         basis += "" if nearest.work.cards == work.cards else f", cards^{exponent:.2f}"
         like = [s for s in same if s.work.model == work.model] or same
         startup, tail = _median(s.startup_s for s in like), _median(s.tail_s for s in like)
