@@ -188,3 +188,19 @@ def test_the_default_study_forecasts_itself_offline():
     assert {f.work.rule for f in study.all()} == {
         "baseline", "sensitivity", "quantize", "finetune", "diffusion"
     }  # fmt: skip
+
+
+def test_plan_forecast_n_lists_the_jobs_snakemake_would_run(tmp_path, capsys):
+    """-n: one row per job of Snakemake's own dry run (a fresh results folder: every job)."""
+    study = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    study |= {"results_dir": str(tmp_path / "results")}
+    study["finetune"] |= {"strategies": ["ddp"], "attention": ["fused"]}
+    configfile = tmp_path / "study.yaml"
+    configfile.write_text(yaml.safe_dump(study))
+    assert main(["plan", "--forecast", "-n", "--configfile", str(configfile)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cpu: per job of Snakemake's plan")
+    jobs = {line.split()[1] for line in out.splitlines() if ".json " in line}
+    # 2 fine-tuning and 2 SR3 points, 6 baselines, 2 x 2 sensitivity chunks, 2 x 3 x 2 quantized
+    assert len(jobs) == 2 + 2 + 6 + 4 + 12
+    assert "finetune/smollm2-135m/ddp/fused/cards-2/repeat-0.json" in jobs

@@ -38,7 +38,7 @@ def sr3_judged() -> pd.DataFrame:
     config = validate_config(yaml.safe_load((PROJECT_ROOT / "config" / "paper.yaml").read_text()))
     published = pd.read_csv(RESOURCES / "diffusion_minutes.csv")
     out = []
-    for path in sorted(SYSTEMS.glob("*.yaml")):
+    for path in sorted(SYSTEMS.glob("*.yaml"), key=lambda p: (len(p.stem), p.stem)):  # a base first
         system = load_system(path.stem)
         for _, row in published[published["device"] == system.accelerator].iterrows():
             cell = SimpleNamespace(devices=int(row["devices"]), repeat=0)
@@ -151,6 +151,8 @@ def summary(table: pd.DataFrame) -> str:
         worst = max(max(1 + e, 1 / (1 + e)) for e in part["error"])
         said.append(f"{rule}: median error {statistics.median(errors):.0%}, worst {worst:.2f}x "
                     f"over {len(part)} jobs")  # fmt: skip
+    total = table.dropna(subset=["error"])[["forecast_s", "measured_s"]].sum()
+    said.append(f"all: {total['forecast_s']:.0f} s forecast, {total['measured_s']:.0f} s ran")
     return "; ".join(said)
 
 
@@ -167,7 +169,9 @@ def sections(records: pd.DataFrame, results_dir: Path) -> list[Section]:
     note = f"{NOTES['forecast']} {summary(table)}."
     shown = table.assign(error=table["error"].map(lambda e: "-" if pd.isna(e) else f"{e:+.0%}"))
     return [Section("The forecast judged: each job beside what the others' records said", note,
-                    shown.drop(columns="basis").round(1))]  # fmt: skip
+                    shown.drop(columns="basis").round(1)),
+            Section("The assumed rates judged: SR3 beside the published minutes",
+                    NOTES["forecast_sr3"], sr3_judged())]  # fmt: skip
 
 
 def point_forecasts(
