@@ -50,6 +50,19 @@ def test_a_finetune_job_is_its_steps_tokens_times_the_counted_flops():
     assert work.load_bytes == 2 * parameters(model)
 
 
+def test_a_model_flops_cannot_count_has_no_forecast(tmp_path):
+    """A prepared model whose config is not a Llama-style decoder's (GPT-2's n_embd): unknown,
+    so its job asks for the partition's limit instead of stopping the parse."""
+    folder = tmp_path / "results" / "paper" / "models" / "gpt2"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"n_embd": 768, "n_layer": 12}))
+    config = PAPER | {"results_dir": str(tmp_path / "results")}
+    config = config | {"models": PAPER["models"] | {"gpt2": {"source": "hf", "id": "gpt2"}}}
+    cell = SimpleNamespace(model="gpt2", task="wikitext", protocol="paper")
+    told = forecast(work_of("baseline", cell, "out", config, PERLMUTTER), [], PERLMUTTER)
+    assert told.source == "unknown" and told.minutes(1, 2880) == 2880
+
+
 def test_an_evaluation_reads_its_splits_tokens():
     cell = SimpleNamespace(model="tinyllama-1.1b", task="wikitext", protocol="paper")
     work = work_of("baseline", cell, "out", PAPER, PERLMUTTER)

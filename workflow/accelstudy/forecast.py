@@ -35,6 +35,8 @@ UNKNOWN_MINUTES = 24 * 60  # no forecast (no FLOP count): the partition's limit,
 FAMILY = {"finetune": "finetune", "diffusion": "diffusion", "baseline": "evaluate"}
 FAMILY |= {"quantize": "evaluate", "sensitivity": "evaluate"}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+COUNTED = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}
+COUNTED |= {"vocab_size"}  # the config keys accelstudy.flops counts a decoder from
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,8 @@ def model_config(config: Mapping[str, Any], model: str) -> dict[str, Any] | None
     prepared = weights_dir(Path(config["results_dir"], config["study"], "models", model))
     for folder in (RESOURCES / "models" / model, prepared):
         if (folder / "config.json").is_file():
-            return json.loads((folder / "config.json").read_text())
+            found = json.loads((folder / "config.json").read_text())
+            return found if set(found) >= COUNTED else None  # a decoder flops.py can count
     return None
 
 
