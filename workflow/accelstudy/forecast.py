@@ -11,6 +11,7 @@ assumption's start-up and model-load rate. Imports neither torch nor transformer
 ask it for every job's SLURM runtime while Snakemake parses the workflow."""
 
 import csv
+import dataclasses
 import functools
 import inspect
 import json
@@ -160,36 +161,53 @@ def _dtype(asked: str, system: System) -> str:
     return "bfloat16" if system.device != "cpu" and "bfloat16" in system.dtypes else "float32"
 
 
+def point_work(
+    point: points.FinetunePoint | points.DiffusionPoint,
+    output: str,
+    model: str,
+    dtype: str,
+    per_unit: float | None,
+    load_bytes: float = 0.0,
+) -> Work:
+    """A sweep point's job: its timed steps' and warm-up steps' units (tokens, images) times
+    the FLOPs per unit; None: not counted."""
+    kind: tuple[str, ...]
+    if isinstance(point, points.FinetunePoint):
+        rule, kind, cards = "finetune", (point.strategy, point.attention), point.cards
+        per_step = point.samples_per_step * point.max_seq_length * cards
+        warm = min(point.throughput_warmup_steps, point.max_steps)
+        steps = point.max_steps - warm
+    else:  # SR3's strong scaling: iterations x devices fixed
+        rule, kind, cards = "diffusion", ("sr3",), point.devices
+        per_step, warm = point.batch_per_device * cards, point.warmup_iterations
+        steps = math.ceil(point.total_iterations / cards) - warm
+    if per_unit is None:
+        return Work(rule, output, model, kind, cards, dtype, None)
+    timed, warm_flops = steps * per_step * per_unit, warm * per_step * per_unit
+    return Work(rule, output, model, kind, cards, dtype, timed, warm_flops, load_bytes)
+
+
 def _finetune(w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
     point, model = points.finetune_point(config, w, data_file=""), model_config(config, w.model)
-    dtype, kind = _dtype(point.dtype, system), (point.strategy, point.attention)
+    dtype = _dtype(point.dtype, system)
     if model is None:
-        return Work("finetune", output, w.model, kind, point.cards, dtype, None)
+        return point_work(point, output, w.model, dtype, None)
     lora = (point.lora.rank, point.lora.targets) if point.method == "lora" else (0, ())
     per_token = flops.training_per_token(model, point.max_seq_length, *lora)
-    per_step = point.samples_per_step * point.max_seq_length * point.cards * per_token
-    warm_steps = min(point.throughput_warmup_steps, point.max_steps)
-    timed, warm = (point.max_steps - warm_steps) * per_step, warm_steps * per_step
     loads = parameters(model) * DTYPE_BYTES.get(dtype, 4)
-    return Work("finetune", output, w.model, kind, point.cards, dtype, timed, warm, loads)
+    return point_work(point, output, w.model, dtype, per_token, loads)
 
 
 def _diffusion(w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
     sr3 = points.diffusion_point(config, w)
     per_image = sr3_flops(sr3.model, config["diffusion"]["data"]["hr_size"])
-    dtype, images = _dtype(sr3.dtype, system), sr3.batch_per_device * sr3.devices
-    if per_image is None:
-        return Work("diffusion", output, "sr3", ("sr3",), sr3.devices, dtype, None)
-    steps = math.ceil(sr3.total_iterations / sr3.devices) - sr3.warmup_iterations
-    warm = sr3.warmup_iterations * images * per_image
-    return Work("diffusion", output, "sr3", ("sr3",), sr3.devices, dtype,
-                steps * images * per_image, warm)  # fmt: skip
+    return point_work(sr3, output, "sr3", _dtype(sr3.dtype, system), per_image)
 
 
 def _evaluation(rule: str, w: Any, output: str, config: Mapping[str, Any]) -> Work:
     """A baseline or quantized evaluation over its split, or a sensitivity chunk: every target
     of the chunk pruned in turn, and the unpruned model, each over the calibration data."""
-    task, evaluation, model = config["tasks"][w.task], config["evaluation"], None
+    task, evaluation = config["tasks"][w.task], config["evaluation"]
     model = model_config(config, w.model)
     passes, split, limit = 1, task["eval_split"], task.get("limit")
     if rule == "sensitivity":
@@ -217,6 +235,11 @@ def work_of(rule: str, w: Any, output: str, config: Mapping[str, Any], system: S
 
 
 # this system's records ------------------------------------------------------------------------
+def _fields_of(point: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's parameters that are the point's fields (it keeps others: its data file)."""
+    return {f.name: values[f.name] for f in dataclasses.fields(point) if f.name in values}
+
+
 def work_from_record(record: Mapping[str, Any], path: str) -> Work | None:
     """The work a record's job was given (its parameters and FLOP count, known before it ran)."""
     rule = {"quantized": "quantize"}.get(record.get("stage", ""), record.get("stage", ""))
@@ -225,17 +248,11 @@ def work_from_record(record: Mapping[str, Any], path: str) -> Work | None:
     p, m = record.get("parameters", {}), record.get("metrics", {})
     dtype = (record.get("utilization") or {}).get("dtype") or p.get("dtype", "float32")
     if rule == "finetune":
-        per_step = p["per_device_batch"] * p["grad_accum"] * p["max_seq_length"] * p["cards"]
-        warm = min(p["throughput_warmup_steps"], p["max_steps"]) * per_step
-        per_token, kind = m.get("flops_per_token") or 0.0, (p["strategy"], p["attention"])
-        timed = p["max_steps"] * per_step - warm
-        return Work(rule, path, record["model"], kind, p["cards"], dtype, timed * per_token,
-                    warm * per_token)  # fmt: skip
+        ran = points.FinetunePoint.from_dict(_fields_of(points.FinetunePoint, p))
+        return point_work(ran, path, record["model"], dtype, m.get("flops_per_token") or 0.0)
     if rule == "diffusion":
-        images, per_image = p["batch_per_device"] * p["devices"], m.get("flops_per_image") or 0.0
-        timed = (m.get("iterations", 0) - p["warmup_iterations"]) * images * per_image
-        warm = p["warmup_iterations"] * images * per_image
-        return Work(rule, path, "sr3", ("sr3",), p["devices"], dtype, timed, warm)
+        sr3 = points.DiffusionPoint.from_dict(_fields_of(points.DiffusionPoint, p))
+        return point_work(sr3, path, "sr3", dtype, m.get("flops_per_image") or 0.0)
     work = m.get("tokens", 0) * (m.get("flops_per_token") or 0.0)
     kind = (record.get("task", ""), record.get("protocol") or "paper")
     return Work(rule, path, record["model"], kind, 1, dtype, work)
@@ -252,7 +269,7 @@ def seen_in(paths: Iterable[str | Path]) -> list[Seen]:
         metrics, times = record.get("metrics", {}), record.get("provenance", {}).get("timeline", {})
         try:
             work = work_from_record(record, path)
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, ValueError):
             continue  # a record without its parameters (an older schema's, a test's)
         if work is None or metrics.get("status", "ok") != "ok" or "end_s" not in times:
             continue  # a hole (held out, unsupported, out of memory), or no timeline
