@@ -730,7 +730,10 @@ def test_report_with_diffusion(tmp_path):
     table = pd.read_csv(tmp_path / "results" / "tables" / "diffusion.csv")
     assert table["speed-up"].max() == 3.0 and len(table) == 4
     page = index.read_text()
-    assert page.count("<table") == 2 and page.count("<img") == 3
+    # the baseline and SR3 points tables, and the forecast judged on the timed SR3 records:
+    # each point from the others, and the assumed rates beside the published minutes
+    assert page.count("<table") == 4 and page.count("<img") == 3
+    assert "The forecast judged" in page and "diffusion: median error" in page
     markdown = (tmp_path / "results" / "report" / "report.md").read_text()
     assert "## Fig. 3: SR3 training time for fixed work against devices" in markdown
     assert "iterations x devices is fixed" in markdown and "Gaussian random field" in markdown
