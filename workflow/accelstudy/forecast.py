@@ -400,9 +400,13 @@ class StudyForecast:
     def __init__(
         self, config: Mapping[str, Any], system: System, measured: str, seen: list | None = None
     ) -> None:
-        self.config, self.system = config, system
-        self.works = plan_works(config, system, measured)
+        self.config, self.system, self.measured = config, system, measured
         self.seen = seen_in(record_files(Path(measured))) if seen is None else seen
+
+    @functools.cached_property
+    def works(self) -> dict[str, Work]:
+        """Every job of the plan; a rule's runtime (at parse time) needs only its own."""
+        return plan_works(self.config, self.system, self.measured)
 
     def of(self, output: str) -> Forecast:
         return forecast(self.works[output], self.seen, self.system)

@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from accelstudy.config import validate_config
+from accelstudy.finetune.planner import plan_sweep
 from accelstudy.forecast import MARGIN, Seen, StudyForecast, forecast, rows, seen_in, work_of
 from accelstudy.paths import PROJECT_ROOT, RESOURCES, SYSTEMS
 from accelstudy.report.pages import NOTES, Section, write_csv
@@ -63,23 +64,18 @@ def dry_run_outputs(configfile: Path, system: str) -> set[str]:
             line.removeprefix("output:").split(",")}  # fmt: skip
 
 
-def held_out(config: dict[str, Any], system: Any) -> set[str]:
-    """Fine-tuning points the planner holds out for memory: their jobs only record the hole."""
-    from accelstudy.finetune.planner import plan_sweep
-
-    out = set()
-    for row in plan_sweep(config, system):
-        if row["held_out_for"]:
-            out.add("/".join([row["model"], row["strategy"], row["attention"]]) +
-                    f"/cards-{row['cards']}")  # fmt: skip
-    return out
+def held_out(fits: Iterable[dict[str, Any]]) -> set[str]:
+    """The points of the planner's rows (plan_sweep) held out for memory, as result paths end:
+    their jobs only record the hole."""
+    return {f"{r['model']}/{r['strategy']}/{r['attention']}/cards-{r['cards']}"
+            for r in fits if r["held_out_for"]}  # fmt: skip
 
 
 def plan_table(config: dict[str, Any], configfile: Path, name: str, dry_run: bool) -> tuple:
     """(a row per point, or per job of Snakemake's plan with `dry_run`; the held-out jobs)."""
     system, results = load_system(name), f"{config['results_dir']}/{config['study']}/"
     jobs = pd.DataFrame(rows(StudyForecast(config, system, results + name).all(), system))
-    holes = held_out(config, system) if config["finetune"]["enabled"] else set()
+    holes = held_out(plan_sweep(config, system)) if config["finetune"]["enabled"] else set()
     hole = jobs["point"].map(lambda point: any(point.endswith(h) for h in holes))
     jobs = jobs[~hole]
     if dry_run:

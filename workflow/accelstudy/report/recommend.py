@@ -14,7 +14,7 @@ from accelstudy.finetune.planner import plan_sweep
 from accelstudy.paths import record_files, system_folders
 from accelstudy.report.agreement import AGREEMENT_COLUMNS, agreement, flagged_records
 from accelstudy.report.collect import collect_records
-from accelstudy.report.forecasts import point_forecasts
+from accelstudy.report.forecasts import held_out, point_forecasts
 from accelstudy.report.pages import NOTES, Section
 from accelstudy.systems import load_system
 from accelstudy.uncertainty import ONE_REPEAT, within_each_other
@@ -150,7 +150,8 @@ def recommend(model: str, system: str, configfile: Path, results: list[Path]) ->
         f"'{model}' is not fine-tuned by {configfile}; name one of {config['finetune']['models']}",
     )
     config["finetune"]["models"] = [model]
-    fits = pd.DataFrame(plan_sweep(config, load_system(system)))
+    planned = plan_sweep(config, load_system(system))
+    fits = pd.DataFrame(planned)
     roots = [root for run in map(Path, results) for root in [run, *system_folders(run)]]
     paths = [p for root in roots for p in record_files(root, ("finetune",))]
     points = measured_points(collect_records(paths) if paths else pd.DataFrame())
@@ -175,16 +176,11 @@ def recommend(model: str, system: str, configfile: Path, results: list[Path]) ->
     print(sharding_rule(fits, points).to_string(index=False))
     machine, own = load_system(system), [p for p in paths if system in p.parts]
     told = point_forecasts(config, machine, own)
-    held = told["point"].map(lambda p: any(p.endswith(_path(r)) for _, r in fits.iterrows()
-                                         if r["held_out_for"]))  # fmt: skip
-    shown = told[~held]
+    holes = held_out(planned)
+    shown = told[~told["point"].map(lambda point: any(point.endswith(h) for h in holes))]
     if shown.empty:
         print(f"forecast: no point of the sweep fits {system}")
         return
     print(f"forecast per point on {system} (rates: {', '.join(shown['source'].unique())}):")
     shown = shown.assign(point=shown["point"].str.split("/finetune/").str[-1])
     print(shown[["point", "hours_per_job", "charge", "unit", "source"]].to_string(index=False))
-
-
-def _path(fit: pd.Series) -> str:
-    return f"{fit['model']}/{fit['strategy']}/{fit['attention']}/cards-{fit['cards']}"
