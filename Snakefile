@@ -24,4 +24,4 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        f"{RESULTS}/report/index.html",
+        STUDY.output("report"),

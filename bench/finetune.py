@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from accelstudy import launch
 from accelstudy.finetune.job import WORKER
-from accelstudy.finetune.planner import load_config, plan
-from accelstudy.models import save_prepared
+from accelstudy.finetune.planner import plan_card
+from accelstudy.models import load_model_config, save_prepared
 from accelstudy.points import FinetunePoint, Lora
 from accelstudy.systems import load_system
 from common import load_model, parse_args
@@ -55,12 +55,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-finetune-") as scratch:
         model_dir = Path(scratch) / "model"
         save_prepared(*load_model(args.tiny), model_dir)
-        config = load_config(model_dir)
+        config = load_model_config(model_dir)
         results = {s: run(s, model_dir, args.tiny, args.threads) for s in ("ddp", "zero3", "fsdp")}
     base = results["ddp"][0]["metrics"]["tokens_per_s"]
     for strategy, (result, spec) in results.items():
         metrics = result["metrics"]
-        predicted = plan(config, spec, "cpu")
+        predicted = plan_card(config, spec, "cpu")
         held = sum(metrics["model_state_bytes"][0][k] for k in STATES)
         peak = metrics["peak_memory_bytes"]
         print(

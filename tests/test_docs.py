@@ -1,6 +1,8 @@
 """The documentation holds together: a README a newcomer reads in minutes, relative links that
 lead to files and headings that exist, and the Snakemake workflow catalog's usage file."""
 
+import contextlib
+import json
 import re
 from pathlib import Path
 
@@ -134,3 +136,79 @@ def test_the_readme_counts_the_bad_inputs_tried():
                                cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
     count = int(re.search(r"(\d+) tests? collected", collected.stdout)[1])
     assert f"The tests try {count}\nbad inputs" in README.read_text()
+
+
+# config/README.md's key table, held to the schema ---------------------------------------------
+def table_rows() -> list[list[str]]:
+    """The cells of each row of config/README.md's "Keys" table."""
+    lines = (ROOT / "config" / "README.md").read_text().split("\n## Keys\n")[1].split("\n## ")[0]
+    rows = [
+        re.split(r"(?<!\\)\|", line)[1:-1] for line in lines.splitlines() if line.startswith("| `")
+    ]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
+def documented_keys(cell: str) -> list[str]:
+    """`a.b`, `a.{c,d}`, `a.b` / `c` and `a.b`, `c`: the dotted keys a row's first cell names,
+    `<name>` as `*`."""
+    names = re.findall(r"`([^`]+)`", cell)
+    first = re.sub(r"<\w+>", "*", names[0]).replace(" ", "")
+    parent, _, last = first.rpartition(".") if "{" not in first else first.partition(".{")
+    if "{" in first:
+        return [f"{parent}.{k}" for k in last.rstrip("}").split(",")]
+    return [first] + [f"{parent}.{n}" for n in names[1:]]
+
+
+def schema_keys(node: dict, prefix: str = "") -> list[str]:
+    """Every option's dotted key (`*` for a name the user picks: a model, a task)."""
+    from accelstudy.options import schema
+
+    defs, keys = schema()["$defs"], []
+    node = defs[node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
+    children = dict(node.get("properties", {}))
+    if isinstance(node.get("additionalProperties"), dict):
+        children["*"] = node["additionalProperties"]
+    for key, child in children.items():
+        key = "*" if prefix.endswith("calibration_limit.") else key  # one per task
+        keys += [f"{prefix}{key}", *schema_keys(child, f"{prefix}{key}.")]
+    return keys
+
+
+def literal(text: str) -> str:
+    """A default as the table and the schema write it, compared as text: `[16, 8]`, 3e-4."""
+    text = text.replace("`", "").replace(" ", "").replace('"', "").lower()
+    with contextlib.suppress(ValueError):
+        return repr(float(text))
+    return text
+
+
+def test_the_config_key_table_is_the_schemas():
+    """Every schema option has a row (a row documents its key and the keys below it), every row
+    names an option, and its allowed values and its default are the schema's."""
+    from accelstudy.options import node, schema
+
+    rows = {key: row for row in table_rows() for key in documented_keys(row[0])}
+    options = set(schema_keys(schema()))
+    assert not set(rows) - options, "rows naming no option"
+    leaves = {o for o in options if not any(other.startswith(f"{o}.") for other in options)}
+    undocumented = {o for o in leaves if not any(o == k or o.startswith(f"{k}.") for k in rows)}
+    assert not undocumented, "options without a row in config/README.md"
+    for key, (_, values, default, _) in rows.items():
+        spec = node(key.replace("calibration_limit.*", "calibration_limit.wikitext"))
+        allowed = spec.get("enum") or spec.get("items", {}).get("enum")
+        allowed = allowed or spec.get("propertyNames", {}).get("enum")
+        shown = re.findall(r"`([^`]+)`", values)
+        if allowed and shown and "{" not in values:
+            assert shown == list(allowed), f"{key}: the table's values are not the schema's"
+        keys = documented_keys(next(r[0] for r in table_rows() if key in documented_keys(r[0])))
+        parts = (
+            default.split(", ")
+            if len(keys) > 1 and default.count(",") >= len(keys) - 1
+            else [default]
+        )
+        mine = parts[keys.index(key)] if len(parts) == len(keys) else default
+        value = r"-?[\d.e+-]+|true|false|null|\[[^\]]*\]+"  # bare, or any word in backticks
+        known = re.fullmatch(rf"(?:`?({value})`?|`([\w./$-]+)`)(?: \(.*\))?", mine)
+        if "default" in spec and known:
+            expected = json.dumps(spec["default"]).replace('"', "")
+            assert literal(known.group(1) or known.group(2)) == literal(expected), f"{key}: {mine}"

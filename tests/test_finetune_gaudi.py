@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 import yaml
 from accelstudy.cli import build_parser
-from accelstudy.finetune import strategies, train
+from accelstudy.finetune import engines, train
 from accelstudy.points import FinetunePoint, Lora
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ CASES = [  # strategy, gaudi_mode asked, mode that runs
 @pytest.mark.parametrize(("strategy", "asked", "mode"), CASES)
 def test_gaudi_training_arguments(habana, strategy, asked, mode, tmp_path):
     point = make_point(strategy, asked)
-    args = strategies.training_arguments(point, tmp_path, "hpu", ["GaudiLlamaDecoderLayer"]).kwargs
+    args = engines.training_arguments(point, tmp_path, "hpu", ["GaudiLlamaDecoderLayer"]).kwargs
     compiled = mode == "compile"
     assert point.hpu_mode() == mode
     assert point.hpu_env() == {"PT_HPU_LAZY_MODE": "0" if compiled else "1"}
@@ -121,7 +121,7 @@ def test_gaudi_training_arguments(habana, strategy, asked, mode, tmp_path):
     }
     assert {k: args[k] for k in compile_args if k in args} == (compile_args if compiled else {})
     assert args.get("deepspeed") == (
-        strategies.deepspeed_config(point) if strategy == "zero3" else None
+        engines.deepspeed_config(point) if strategy == "zero3" else None
     )
     if strategy == "fsdp":
         assert args["fsdp"] == "full_shard auto_wrap"
@@ -143,7 +143,7 @@ def test_gaudi_trainer_reads_the_shipped_config(habana, model_dir, strategy, ask
     attention = "eager" if strategy == "zero3" else "fused"  # eager: Habana's flash attention off
     point = make_point(strategy, asked, attention)
     model, _ = train.load_model(model_dir, point, "hpu")
-    trainer = strategies.trainer(point, "hpu", model, args="the args", callbacks=[])
+    trainer = engines.trainer(point, "hpu", model, args="the args", callbacks=[])
     shipped = ROOT / "envs" / "gaudi" / "gaudi_config.json"
     assert FakeGaudiConfig.read == [str(shipped)]
     assert trainer.gaudi_config.kwargs == json.loads(shipped.read_text())
@@ -158,7 +158,7 @@ def test_gaudi_trainer_reads_the_shipped_config(habana, model_dir, strategy, ask
 
 def test_fsdp_wraps_the_decoder_layer_gaudi_built(habana, model_dir):
     assert train.decoder_layer_classes(model_dir) == ["LlamaDecoderLayer"]
-    strategies.prepare_state("fsdp", "hpu")
+    engines.prepare_state("fsdp", "hpu")
     assert habana == [True]
     assert train.decoder_layer_classes(model_dir) == ["GaudiLlamaDecoderLayer"]
 

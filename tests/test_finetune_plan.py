@@ -10,7 +10,8 @@ import pytest
 from accelstudy import launch, ranks
 from accelstudy.errors import ConfigError
 from accelstudy.finetune import planner
-from accelstudy.finetune.planner import load_config, plan, plan_host, plan_point
+from accelstudy.finetune.planner import plan_card, plan_host, plan_point
+from accelstudy.models import load_model_config
 from accelstudy.peak import resolve_dtype
 from accelstudy.points import Lora
 from accelstudy.study import validate_study
@@ -42,7 +43,7 @@ def test_model_state_bytes_within_5_percent(strategy, tiny_dir, tmp_path):
 
 
 def assert_states_as_planned(model_dir, point, metrics) -> None:
-    predicted = plan(load_config(model_dir), point, "cpu").model_states
+    predicted = plan_card(load_model_config(model_dir), point, "cpu").model_states
     for held in metrics["model_state_bytes"]:
         assert predicted == pytest.approx(sum(held[k] for k in STATE_KEYS), rel=0.05)
 
@@ -89,11 +90,11 @@ def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped
     out = tmp_path / "result.json"
     finished = run_worker(point, smollm2_shaped, out, processes=processes)
     assert finished.returncode == 0, finished.stderr[-3000:]
-    predicted = plan(load_config(smollm2_shaped), point, "cpu").total
+    predicted = plan_card(load_model_config(smollm2_shaped), point, "cpu").total
     metrics = json.loads(out.read_text())["metrics"]
     for peak in metrics["peak_memory_per_rank"]:
         assert predicted == pytest.approx(peak, rel=0.25)
-    host = plan_host(load_config(smollm2_shaped), point, "cpu", ranks_per_node=processes)
+    host = plan_host(load_model_config(smollm2_shaped), point, "cpu", ranks_per_node=processes)
     assert host.total == pytest.approx(sum(metrics["host_peak_rss_per_rank"]), rel=0.25)
     if strategy == "fsdp":  # rank 0 read 142 MB of bf16 weights; rank 1 built empty tensors
         first, second = metrics["load_rss_growth_per_rank"]
@@ -125,7 +126,7 @@ def test_plan_lists_the_papers_held_out_points(capsys):
     from accelstudy.paths import PROJECT_ROOT
 
     config = PROJECT_ROOT / "config" / "paper.yaml"
-    assert cli.main(["plan", "--configfile", str(config), "--system", "perlmutter"]) == 0
+    assert cli.main(["plan-fit", "--configfile", str(config), "--system", "perlmutter"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("perlmutter: 34 of 90 points fit")
     # each point's dtype (auto resolved as a job would), peak and the peak's source

@@ -1,5 +1,5 @@
 """The forecast (accelstudy.forecast): each job's FLOPs from its config, its rate from this
-system's records before any assumption, its SLURM runtime, and `accelstudy plan --forecast`."""
+system's records before any assumption, its SLURM runtime, and `accelstudy plan-time`."""
 
 import json
 import math
@@ -14,17 +14,19 @@ from accelstudy.errors import ConfigError
 from accelstudy.forecast import (
     MARGIN,
     MIN_MINUTES,
-    Forecast,
+    Estimate,
     Seen,
-    StudyForecast,
+    StudyEstimates,
     Work,
     charge_of,
-    forecast,
+    estimate,
     parameters,
+    scan_passes,
     seen_in,
     work_of,
 )
 from accelstudy.paths import RESOURCES
+from accelstudy.pruning import FAMILIES, GRANULARITIES
 from accelstudy.systems import check_system, load_system
 
 from tests.conftest import ROOT
@@ -59,7 +61,7 @@ def test_a_model_flops_cannot_count_has_no_forecast(tmp_path):
     config = PAPER | {"results_dir": str(tmp_path / "results")}
     config = config | {"models": PAPER["models"] | {"gpt2": {"source": "hf", "id": "gpt2"}}}
     cell = SimpleNamespace(model="gpt2", task="wikitext", protocol="paper")
-    told = forecast(work_of("baseline", cell, "out", config, PERLMUTTER), [], PERLMUTTER)
+    told = estimate(work_of("baseline", cell, "out", config, PERLMUTTER), [], PERLMUTTER)
     assert told.source == "unknown" and told.minutes(1, 2880) == 2880
 
 
@@ -84,7 +86,7 @@ def seen(kind=("ddp", "fused"), cards=1, rate=1e12, model="m", startup=10.0, war
 def test_the_rate_comes_from_records_before_any_assumption():
     work = Work("finetune", "x", "m", ("ddp", "fused"), 4, "bfloat16", 8e14, 4e12)
     records = [seen(cards=1, rate=1e12), seen(cards=2, rate=1.8e12)]
-    told = forecast(work, records, PERLMUTTER)
+    told = estimate(work, records, PERLMUTTER)
     exponent = math.log(1.8) / math.log(2)  # fitted from the two card counts
     assert told.source == "scaled"
     assert told.rate == pytest.approx(1.8e12 * 2**exponent)
@@ -92,23 +94,23 @@ def test_the_rate_comes_from_records_before_any_assumption():
     # measured rate it took (2 s for 1e12 FLOPs: 2x at 1e12 FLOP/s, 3.6x at 1.8e12), median 2.8
     expected = 10.0 + 1.0 + (8e14 + 4e12 * 2.8) / told.rate
     assert told.seconds == pytest.approx(expected)
-    same = forecast(work, [seen(cards=4)], PERLMUTTER)
+    same = estimate(work, [seen(cards=4)], PERLMUTTER)
     assert same.source == "measured" and same.rate == 1e12
-    other_model = forecast(work, [seen(cards=4, model="other")], PERLMUTTER)
+    other_model = estimate(work, [seen(cards=4, model="other")], PERLMUTTER)
     assert other_model.source == "scaled"  # FLOP/s carries across models
     # nothing measured: the stated assumption for (cuda, finetune, ddp) against the datasheet
-    assumed = forecast(work, [], PERLMUTTER)
+    assumed = estimate(work, [], PERLMUTTER)
     assert assumed.source == "assumed" and "of peak" in assumed.basis
     assert assumed.rate == pytest.approx(0.35 * 312e12 * 4**0.95)
 
 
 def test_the_runtime_is_the_forecast_times_the_margin_within_bounds():
     work = Work("finetune", "x", "m", ("ddp", "fused"), 1, "bfloat16", 1.0)
-    assert Forecast(work, 3600, 1.0, "assumed", "").minutes(1, 2880) == math.ceil(60 * MARGIN)
-    assert Forecast(work, 3600, 1.0, "assumed", "").minutes(2, 2880) == 2 * math.ceil(60 * MARGIN)
-    assert Forecast(work, 5, 1.0, "assumed", "").minutes(1, 2880) == MIN_MINUTES
-    assert Forecast(work, 40 * 3600, 1.0, "assumed", "").minutes(1, 2880) == 2880  # the limit
-    assert Forecast(work, None, None, "unknown", "").minutes(1, 2880) == 2880
+    assert Estimate(work, 3600, 1.0, "assumed", "").minutes(1, 2880) == math.ceil(60 * MARGIN)
+    assert Estimate(work, 3600, 1.0, "assumed", "").minutes(2, 2880) == 2 * math.ceil(60 * MARGIN)
+    assert Estimate(work, 5, 1.0, "assumed", "").minutes(1, 2880) == MIN_MINUTES
+    assert Estimate(work, 40 * 3600, 1.0, "assumed", "").minutes(1, 2880) == 2880  # the limit
+    assert Estimate(work, None, None, "unknown", "").minutes(1, 2880) == 2880
 
 
 def test_the_charge_follows_the_sites_rule():
@@ -181,7 +183,7 @@ def test_a_bad_forecast_key_of_a_system_file_is_named(key, value):
 
 
 def test_plan_forecast_prints_the_papers_cost_on_perlmutter(capsys):
-    code = main(["plan", "--forecast", "--configfile", "config/paper.yaml", "--system",
+    code = main(["plan-time", "--configfile", "config/paper.yaml", "--system",
                  "perlmutter", "--budget", "10"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0
@@ -196,7 +198,7 @@ def test_plan_forecast_prints_the_papers_cost_on_perlmutter(capsys):
 def test_the_default_study_forecasts_itself_offline():
     """Its model's config ships in resources/: every job has a FLOP count before it is prepared."""
     config = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
-    study = StudyForecast(config, load_system("cpu"), "results/default/cpu", seen=[])
+    study = StudyEstimates(config, load_system("cpu"), seen=[])
     assert all(f.work.timed_flops for f in study.all())
     assert {f.work.rule for f in study.all()} == {
         "baseline", "sensitivity", "quantize", "finetune", "diffusion"
@@ -210,10 +212,30 @@ def test_plan_forecast_n_lists_the_jobs_snakemake_would_run(tmp_path, capsys):
     study["finetune"] |= {"strategies": ["ddp"], "attention": ["fused"]}
     configfile = tmp_path / "study.yaml"
     configfile.write_text(yaml.safe_dump(study))
-    assert main(["plan", "--forecast", "-n", "--configfile", str(configfile)]) == 0
+    assert main(["plan-time", "-n", "--configfile", str(configfile)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("cpu: per job of Snakemake's plan")
     jobs = {line.split()[1] for line in out.splitlines() if ".json " in line}
     # 2 fine-tuning and 2 SR3 points, 6 baselines, 2 x 2 sensitivity chunks, 2 x 3 x 2 quantized
     assert len(jobs) == 2 + 2 + 6 + 4 + 12
     assert "finetune/smollm2-135m/ddp/fused/cards-2/repeat-0.json" in jobs
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_forecast_counts_the_passes_the_pruner_makes(tiny, granularity, family):
+    """One definition of the targets (accelstudy.pruning): each chunk's passes in the forecast
+    are its targets in the pruner (ptq.prune.targets, sensitivity.chunk_targets) plus the
+    unpruned model's, for every granularity and family."""
+    from accelstudy.ptq.prune import targets
+    from accelstudy.ptq.sensitivity import chunk_targets
+
+    model = tiny[0]
+    pruned = targets(model, granularity, family)
+    layers = model.config.num_hidden_layers
+    assert len(pruned) == layers * (len(FAMILIES[family]) if granularity == "submodule" else 1)
+    chunks = 3
+    for chunk in range(chunks):
+        cell = SimpleNamespace(granularity=granularity, chunk=chunk)
+        ptq = {"family": family, "chunks": chunks}
+        assert scan_passes(ptq, cell, layers) == len(chunk_targets(pruned, chunks, chunk)) + 1

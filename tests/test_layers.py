@@ -58,10 +58,10 @@ def test_reading_the_workflow_and_the_cli_imports_no_torch():
     code = (
         "import sys, yaml; import accelstudy.targets, accelstudy.study, accelstudy.site,"
         " accelstudy.cli; from accelstudy.config import validate_config;"
-        "from accelstudy.systems import load_system; from accelstudy.forecast import StudyForecast;"
+        "from accelstudy.systems import load_system; from accelstudy.forecast import StudyEstimates;"
         "study = lambda f: validate_config(yaml.safe_load(open(f)));"
-        "StudyForecast(study('config/paper.yaml'), load_system('perlmutter'), 'r/p').all();"
-        "StudyForecast(study('config/config.yaml'), load_system('cpu'), 'r/c').all();"
+        "StudyEstimates(study('config/paper.yaml'), load_system('perlmutter')).all();"
+        "StudyEstimates(study('config/config.yaml'), load_system('cpu')).all();"
         "heavy = {'torch', 'transformers', 'lm_eval', 'pandas', 'seaborn'} & set(sys.modules);"
         "print(sorted(heavy))"
     )

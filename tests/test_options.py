@@ -55,3 +55,31 @@ def test_changing_a_default_is_one_line_of_the_schema(tmp_path):
     finetune = [line for line in plan.stdout.splitlines() if "accelstudy finetune" in line]
     assert quantize and all("--group-size 64 " in line for line in quantize)
     assert finetune and all('"max_steps": 7' in line for line in finetune)
+
+
+def test_a_strategy_registered_alone_reaches_the_schema_the_cli_and_the_report(monkeypatch):
+    """The strategy registry (accelstudy.strategies) is the one list: a strategy added there and
+    nowhere else is a config choice, a CLI choice, a wildcard value and a label in the report."""
+    import pandas as pd
+    from accelstudy import options, strategies
+    from accelstudy.cli import build_parser
+    from accelstudy.config import validate_config
+    from accelstudy.report.finetuning import finetune_runs
+
+    zero2 = strategies.Strategy("zero2", "ZeRO-2", "deepspeed", shards=True, optimizer_bytes=12)
+    monkeypatch.setitem(strategies.STRATEGIES, "zero2", zero2)
+    options._schema.cache_clear()
+    try:
+        assert options.node("finetune.strategies")["items"]["enum"][-1] == "zero2"
+        config = json.loads(json.dumps(TINY_CONFIG))
+        config["finetune"]["strategies"] = ["ddp", "zero2"]
+        assert validate_config(config)["finetune"]["strategies"] == ["ddp", "zero2"]
+        argv = ["plan-memory", "--model", "m", "--strategy", "zero2"]
+        assert build_parser().parse_args(argv).strategy == "zero2"
+        records = pd.DataFrame(
+            {"stage": "finetune", "strategy": ["zero2", "ddp"], "cards": 1, "status": "ok",
+             "system": "cpu", "model": "m", "attention": "fused", "metric_samples_per_s": 1.0}
+        )  # fmt: skip
+        assert list(finetune_runs(records)["strategy"]) == ["DDP", "ZeRO-2"]  # label, in order
+    finally:
+        options._schema.cache_clear()

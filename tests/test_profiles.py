@@ -258,7 +258,7 @@ def test_each_jobs_runtime_is_its_forecast_times_the_margin(tmp_path):
     """The time limit sbatch gets is the job's forecast (accelstudy.forecast) times the stated
     margin, at least MIN_MINUTES, at most the partition's limit of the system file."""
     from accelstudy.config import validate_config
-    from accelstudy.forecast import MARGIN, MIN_MINUTES, StudyForecast
+    from accelstudy.forecast import MARGIN, MIN_MINUTES, StudyEstimates
     from accelstudy.systems import load_system
 
     result = dry_run(tmp_path, "perlmutter")
@@ -266,7 +266,7 @@ def test_each_jobs_runtime_is_its_forecast_times_the_margin(tmp_path):
     paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     config = validate_config(paper | {"system": "perlmutter"})
     system = load_system("perlmutter")
-    study = StudyForecast(config, system, "results/paper/perlmutter", seen=[])
+    study = StudyEstimates(config, system, seen=[])
     measuring = [j for j in planned_jobs(result.stdout) if j.output in study.works]
     assert {j.name for j in measuring} == {"baseline", "sensitivity", "quantize", "finetune",
                                            "diffusion"}  # fmt: skip

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from accelstudy.records import provenance, write_record
-from accelstudy.report import diffusion, finetune
+from accelstudy.report import finetuning, superresolution
 from accelstudy.report.build import build_report
 from accelstudy.report.collect import collect_records, flatten
-from accelstudy.report.ptq import (
+from accelstudy.report.quantization import (
     bit_order,
     collect_sensitivity,
     fig1,
@@ -407,13 +407,13 @@ def test_report_without_ptq(tmp_path):
     assert index.read_text().count("<table") == 1
     assert pd.read_csv(tmp_path / "results" / "tables" / "records.csv").shape[0] == 1
     assert (tmp_path / "results" / "report" / "figures" / "tradeoff.png").is_file()
-    for name in finetune.FIGURES:  # declared by the rule: placeholders
+    for name in finetuning.FIGURES:  # declared by the rule: placeholders
         assert (tmp_path / "results" / "report" / "figures" / name).is_file()
     assert (tmp_path / "results" / "tables" / "finetune.csv").is_file()
-    for name in diffusion.FIGURES:
+    for name in superresolution.FIGURES:
         assert (tmp_path / "results" / "report" / "figures" / name).is_file()
     sr3 = pd.read_csv(tmp_path / "results" / "tables" / "diffusion.csv")
-    assert sr3.empty and list(sr3.columns) == list(diffusion.COLUMNS.values())
+    assert sr3.empty and list(sr3.columns) == list(superresolution.COLUMNS.values())
 
 
 def test_flatten_tolerates_points_that_did_not_run():
@@ -434,13 +434,13 @@ def test_flatten_tolerates_points_that_did_not_run():
 @pytest.fixture()
 def finetune_points():
     records = pd.DataFrame([flatten(_point(*p)) for p in FINETUNE])
-    runs = finetune.finetune_runs(records)
-    return runs, finetune.finetune_points(runs)
+    runs = finetuning.finetune_runs(records)
+    return runs, finetuning.finetune_points(runs)
 
 
 def test_finetune_table_speed_up_efficiency_and_memory(finetune_points):
     _, points = finetune_points
-    table = finetune.finetune_table(points)
+    table = finetuning.finetune_table(points)
     assert list(table.columns) == [
         "system",
         "model",
@@ -499,7 +499,7 @@ def test_finetune_table_speed_up_efficiency_and_memory(finetune_points):
 
 def test_findings_beside_the_papers(finetune_points):
     _, points = finetune_points
-    ours = finetune.findings(points).set_index("finding")["ours"]
+    ours = finetuning.findings(points).set_index("finding")["ours"]
     assert ours["scaling (DDP)"] == (
         "m on cpu, fused: 1.80x on 2 cards against 1 (efficiency 90%); "
         "m on cpu, eager: 1.96x on 2 cards against 1 (efficiency 98%)"
@@ -513,15 +513,15 @@ def test_findings_beside_the_papers(finetune_points):
         "m on cpu, FSDP fused, 1 card: predicted not to fit"
     )
     assert ours["systems"] == "one system in this study (cpu)"
-    assert "DDP scales nearly linearly" in finetune.findings(points)["paper (Gaudi)"].iloc[0]
+    assert "DDP scales nearly linearly" in finetuning.findings(points)["paper (Gaudi)"].iloc[0]
 
 
 def test_fig2_marks_the_holes(finetune_points):
     runs, points = finetune_points
-    fig = finetune.fig2a(runs, points)
+    fig = finetuning.fig2a(runs, points)
     texts = sorted(t.get_text() for ax in fig.axes for t in ax.texts)
     assert texts == ["FSDP fused: predicted not to fit"] * 2 + ["ZeRO-3 fused: does not fit"] * 2
-    bars = finetune.fig2b(runs, points)
+    bars = finetuning.fig2b(runs, points)
     marks = {t.get_text(): t.xy for t in bars.axes[0].texts}
     # grouped bars: 3 strategies share 0.8 of a card slot; ZeRO-3 the middle one of slot 1
     assert marks["ZeRO-3 fused: does not fit"] == pytest.approx((1.0, 0.02))
@@ -538,15 +538,15 @@ def test_fig2b_takes_the_largest_model():
         ]
     )
     records.loc[0, "metric_predicted_parameters"] = 2**21  # "big": 4 x 2**18 = 2**20
-    assert finetune.largest_model(finetune.finetune_runs(records)) == "small"
+    assert finetuning.largest_model(finetuning.finetune_runs(records)) == "small"
     records.loc[0, "metric_predicted_parameters"] = 2**19
-    assert finetune.largest_model(finetune.finetune_runs(records)) == "big"
+    assert finetuning.largest_model(finetuning.finetune_runs(records)) == "big"
 
 
 def test_report_with_finetune(tmp_path):
     inputs = synthetic_study(tmp_path, with_finetune=True)
     index = build_report("t", **inputs)
-    for name in finetune.FIGURES:
+    for name in finetuning.FIGURES:
         assert (inputs["results_dir"] / "report" / "figures" / name).stat().st_size > 20_000
     table = pd.read_csv(inputs["results_dir"] / "tables" / "finetune.csv")
     assert len(table) == 8 and table["speed-up"].max() == 1.957
@@ -570,10 +570,10 @@ def test_a_strategy_that_trains_differently_is_a_hole_not_a_speed():
     )
     zero3 = records.index[(records["strategy"] == "zero3") & (records["cards"] == 1)][0]
     records.at[zero3, "losses"] = [6.5, 5.5]
-    points = finetune.finetune_points(finetune.finetune_runs(records)).set_index(KEYS_AT)
+    points = finetuning.finetune_points(finetuning.finetune_runs(records)).set_index(KEYS_AT)
     assert points.loc[("ZeRO-3", "fused", 1), "status"] == "trains-differently"
     assert pd.isna(points.loc[("ZeRO-3", "fused", 1), "tps"])
-    ours = finetune.findings(finetune.finetune_points(finetune.finetune_runs(records)))
+    ours = finetuning.findings(finetuning.finetune_points(finetuning.finetune_runs(records)))
     assert (
         "ZeRO-3 fused, 1 card: flagged: its losses left DDP's"
         in ours.set_index("finding").loc["did not fit", "ours"]
@@ -582,13 +582,13 @@ def test_a_strategy_that_trains_differently_is_a_hole_not_a_speed():
 
 def test_finetune_where_no_point_ran(tmp_path):
     records = pd.DataFrame([flatten(_point("ddp", "fused", 1, 0, status="predicted-does-not-fit"))])
-    runs = finetune.finetune_runs(records)
-    points = finetune.finetune_points(runs)
-    ours = finetune.findings(points).set_index("finding")["ours"]
+    runs = finetuning.finetune_runs(records)
+    points = finetuning.finetune_points(runs)
+    ours = finetuning.findings(points).set_index("finding")["ours"]
     assert ours["fastest strategy"] == "no point ran"
     assert ours["did not fit"] == "m on cpu, DDP fused, 1 card: predicted not to fit"
-    finetune.write_figures(runs, points, tmp_path)  # the holes alone, no lines or bars
-    assert all((tmp_path / name).stat().st_size > 10_000 for name in finetune.FIGURES)
+    finetuning.write_figures(runs, points, tmp_path)  # the holes alone, no lines or bars
+    assert all((tmp_path / name).stat().st_size > 10_000 for name in finetuning.FIGURES)
 
 
 # SR3 strong scaling: training seconds per repeat; 1 device median 120 s (2 min), 2 devices
@@ -663,9 +663,9 @@ def _write_sr3(folder: Path) -> list[Path]:
 
 
 def test_diffusion_table_speed_up_against_our_single_device(tmp_path):
-    runs = diffusion.diffusion_runs(collect_records(_write_sr3(tmp_path)))
-    table = diffusion.diffusion_table(runs)
-    assert list(table.columns) == list(diffusion.COLUMNS.values())
+    runs = superresolution.diffusion_runs(collect_records(_write_sr3(tmp_path)))
+    table = superresolution.diffusion_table(runs)
+    assert list(table.columns) == list(superresolution.COLUMNS.values())
     rows = table.set_index("devices")
     assert rows.index.tolist() == [1, 2, 4, 8] and rows["repeats"].tolist() == [3, 3, 1, 1]
     assert rows["training minutes"].tolist()[:3] == [2.0, 1.067, 0.667]
@@ -702,13 +702,13 @@ def test_diffusion_table_speed_up_against_our_single_device(tmp_path):
 
 
 def test_fig3_draws_the_published_minutes_and_both_speed_ups(tmp_path):
-    paper = diffusion.published()
+    paper = superresolution.published()
     gaudi1 = paper[paper["device"] == "Gaudi1"].set_index("devices")
     assert gaudi1.loc[64, ["minutes", "speedup", "efficiency"]].tolist() == [24, 60.0, 0.9375]
     h100 = paper[paper["device"] == "H100"].set_index("devices")
     assert h100.loc[4, "speedup"] == pytest.approx(132 / 43)
-    runs = diffusion.diffusion_runs(collect_records(_write_sr3(tmp_path)))
-    fig = diffusion.fig3(runs, paper)
+    runs = superresolution.diffusion_runs(collect_records(_write_sr3(tmp_path)))
+    fig = superresolution.fig3(runs, paper)
     speedup = fig.axes[2]
     lines = {line.get_label(): line for line in speedup.get_legend().get_lines()}
     assert {"ideal", "Gaudi1", "H100", "ours: cpu"} <= set(lines)
@@ -725,7 +725,7 @@ def test_report_with_diffusion(tmp_path):
     paths = _write([_record("wikitext", "paper", "perplexity", 19.5)], tmp_path)
     index = build_report("t", [*paths, *_write_sr3(tmp_path)], tmp_path / "results")
     figures = tmp_path / "results" / "report" / "figures"
-    for name in diffusion.FIGURES:
+    for name in superresolution.FIGURES:
         assert (figures / name).stat().st_size > 20_000, name
     table = pd.read_csv(tmp_path / "results" / "tables" / "diffusion.csv")
     assert table["speed-up"].max() == 3.0 and len(table) == 4
@@ -741,9 +741,9 @@ def test_report_with_diffusion(tmp_path):
 
 
 def test_samples_panel_shows_the_first_point_that_ran(tmp_path):
-    runs = diffusion.diffusion_runs(collect_records(_write_sr3(tmp_path)))
+    runs = superresolution.diffusion_runs(collect_records(_write_sr3(tmp_path)))
     assert runs["samples"][0].name == "repeat-0.samples.npz"
-    fig = diffusion.samples_figure(runs)
+    fig = superresolution.samples_figure(runs)
     assert len(fig.axes) == 3 * 4  # three held-out images, four columns
     titles = [ax.get_title() for ax in fig.axes[:4]]
     assert titles == ["low-res input", "SR3 output: 26.0 dB", "bicubic: 20.0 dB", "truth"]

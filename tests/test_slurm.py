@@ -100,14 +100,14 @@ def forecast_minutes(rule: str) -> int:
     """The time limit the forecast gives the rule's jobs at submission (no records yet): each
     tiny job's forecast x margin is below the floor, so all ask for MIN_MINUTES."""
     from accelstudy.config import validate_config
-    from accelstudy.forecast import StudyForecast
+    from accelstudy.forecast import StudyEstimates
     from accelstudy.systems import load_system
     from snakemake.utils import update_config
 
     config = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
     update_config(config, yaml.safe_load((ROOT / ".test" / "slurm.yaml").read_text()))
     config = validate_config(config)
-    study = StudyForecast(config, load_system("slurm-test"), "results/tiny/slurm-test", seen=[])
+    study = StudyEstimates(config, load_system("slurm-test"), seen=[])
     (minutes,) = {f.minutes(1, None) for f in study.all() if f.work.rule == rule}
     return minutes
 

@@ -12,6 +12,7 @@ from typing import Any
 from accelstudy.errors import StudyError
 from accelstudy.options import argument
 from accelstudy.points import DiffusionPoint, FinetunePoint
+from accelstudy.strategies import STRATEGIES
 from accelstudy.tasks import SPLITS, TASK_NAMES
 
 
@@ -55,35 +56,10 @@ def _probe(threads: list[int]) -> None:
         print(f"{model}, {count} thread(s): {shown} GFLOP/s (GEMM probe, cached)")
 
 
-def _plan(
-    configfile: Path,
-    system: list[str],
-    every_point: bool,
-    forecast: bool,
-    budget: float | None,
-    dry_run: bool,
-) -> None:
-    if forecast or budget is not None or dry_run:
-        from accelstudy.report.forecasts import print_forecast
+def _compare(**options: Any) -> None:
+    from accelstudy.report.compare import compare
 
-        print_forecast(configfile, system, budget, dry_run)
-    else:
-        from accelstudy.finetune.planner import plan_study
-
-        plan_study(configfile, system, every_point)
-
-
-def _plan_memory(
-    model: str, device_kind: str, memory_per_card_gb: float | None, **workload: Any
-) -> None:
-    from accelstudy.finetune.planner import plan_point
-
-    plan = plan_point(model, device=device_kind, **workload)
-    for key, value in plan.as_dict().items():
-        print(f"{key:>13s} {value / 2**30:9.2f} GiB")
-    if memory_per_card_gb:
-        verdict = "fits" if plan.fits(memory_per_card_gb) else "does not fit"
-        print(f"{verdict} a {memory_per_card_gb:g} GB card")
+    print(compare(**options))
 
 
 def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -> None:
@@ -161,27 +137,28 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "probe": ("measure this CPU's GEMM FLOP/s per dtype (its peak, cached); run it alone", _probe,
         [("threads", {"type": int, "nargs": "*", "default": [],
                       "help": "thread counts (default: 1 and every core)"})]),
-    "plan-memory": ("predict a point's per-card peak memory", _plan_memory,
+    "plan-memory": ("predict a point's per-card peak memory", "console:print_memory",
         [("model", {"required": True, "help": "a model directory or resources/models name"}),
-         ("strategy", {"required": True, "choices": ["ddp", "zero3", "fsdp"]}),
+         ("strategy", {"required": True, "choices": STRATEGIES}),
          ("cards", {"type": int, "default": 1}), ("method", "finetune.method"),
          ("dtype", {"default": "bfloat16", "choices": ["bfloat16", "float32"]}),
          ("batch", "finetune.per_device_batch"), ("seq-len", "finetune.max_seq_length"),
          ("attention", {"default": "fused", "choices": ["fused", "eager"]}),
          ("device", {"default": "cuda", "choices": DEVICES[1:]}),
          ("memory-per-card-gb", {"type": float, "help": "say whether it fits"})]),
-    "plan": ("the points each system holds out for memory; --forecast: time and charge", _plan,
+    "plan-fit": ("the points each system holds out for memory", "console:print_fit",
         ["configfile", ("system", {"nargs": "*", "default": [], "required": False,
-                                   "help": "config/systems names (default: all; --forecast: "
-                                           "the config's)"}),
-         ("every-point", {"action": "store_true", "help": "list the points that fit too"}),
-         ("forecast", {"action": "store_true",
-                       "help": "each point's wall time, node-hours, charge and energy"}),
-         ("budget", {"type": float, "help": "an allocation in the site's units (--forecast)"}),
+                                   "help": "config/systems names (default: all)"}),
+         ("every-point", {"action": "store_true", "help": "list the points that fit too"})]),
+    "plan-time": ("each point's wall time, node-hours, charge and energy before it runs",
+        "console:print_time",
+        ["configfile", ("system", {"nargs": "*", "default": [], "required": False,
+                                   "help": "config/systems names (default: the config's)"}),
+         ("budget", {"type": float, "help": "an allocation in the site's units"}),
          ("dry-run", {"flags": ["-n", "--dry-run"], "action": "store_true",
-                      "help": "per job, only those Snakemake would run now (--forecast)"})]),
+                      "help": "per job, only those Snakemake would run now"})]),
     "recommend": ("what to run where: fit map, fastest/cheapest/least-energy, sharding rule",
-        "report.recommend:recommend",
+        "console:print_recommendation",
         [("model", {"required": True, "help": "a finetune.models name of the config"}),
          ("system", {"required": True, "help": "a config/systems name"}),
          ("configfile", {"default": Path("config/paper.yaml"), "required": False}),
@@ -194,7 +171,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         ["study", "system",
          ("point", {"type": DiffusionPoint.from_json, "help": "the point (diffusion keys)"}),
          "data", "card", "out", "samples", "threads", "device"]),
-    "compare": ("one report across systems from several runs' results", "report.compare:compare",
+    "compare": ("one report across systems from several runs' results", _compare,
         [("runs", {"positional": True, "type": Path, "nargs": "+",
                    "help": "results/<study> folders, one per run"}),
          ("out", {"help": "the comparative report's folder"}),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import yaml
 
 from accelstudy.errors import require, schema_error
 from accelstudy.options import schema
@@ -66,6 +67,11 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
         _check_task(name, task, base)
     _check_ptq(config)
     return config
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """A study file, checked against the schema alone (study.load_study checks its system too)."""
+    return validate_config(yaml.safe_load(Path(path).read_text()) or {})
 
 
 def _check_ptq(config: dict[str, Any]) -> None:

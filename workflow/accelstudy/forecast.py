@@ -25,7 +25,9 @@ from typing import Any
 
 from accelstudy import flops, models, points
 from accelstudy.cost import Allocation, charged
-from accelstudy.paths import RESOURCES, record_files
+from accelstudy.layout import STAGE_RULE, StudyLayout, record_files
+from accelstudy.paths import RESOURCES
+from accelstudy.pruning import chunk_sizes, targets_per_layer
 from accelstudy.snapshots import weights_dir
 from accelstudy.systems import System
 from accelstudy.tasks import TASKS
@@ -77,7 +79,7 @@ class Seen:
 
 
 @dataclass(frozen=True)
-class Forecast:
+class Estimate:
     work: Work
     seconds: float | None
     rate: float | None
@@ -99,7 +101,7 @@ def _csv(name: str) -> tuple[dict[str, str], ...]:
         return tuple(csv.DictReader(file))
 
 
-def model_config(config: Mapping[str, Any], model: str) -> dict[str, Any] | None:
+def decoder_sizes(config: Mapping[str, Any], model: str) -> dict[str, Any] | None:
     """resources/models/<name>/config.json (shipped: the paper's models and the default's), a
     tiny random model's sizes, else the prepared model's; None before it is prepared."""
     spec = config["models"].get(model, {})
@@ -188,7 +190,7 @@ def point_work(
 
 
 def _finetune(w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
-    point, model = points.finetune_point(config, w, data_file=""), model_config(config, w.model)
+    point, model = points.finetune_point(config, w, data_file=""), decoder_sizes(config, w.model)
     dtype = _dtype(point.dtype, system)
     if model is None:
         return point_work(point, output, w.model, dtype, None)
@@ -208,13 +210,11 @@ def _evaluation(rule: str, w: Any, output: str, config: Mapping[str, Any]) -> Wo
     """A baseline or quantized evaluation over its split, or a sensitivity chunk: every target
     of the chunk pruned in turn, and the unpruned model, each over the calibration data."""
     task, evaluation = config["tasks"][w.task], config["evaluation"]
-    model = model_config(config, w.model)
+    model = decoder_sizes(config, w.model)
     passes, split, limit = 1, task["eval_split"], task.get("limit")
     if rule == "sensitivity":
         split, limit = TASKS[w.task].calibration_split, config["ptq"]["calibration_limit"][w.task]
-        per_layer = 1 if w.granularity == "layer" else 3 if config["ptq"]["family"] == "mlp" else 7
-        layers = model["num_hidden_layers"] if model else 0
-        passes = math.ceil(layers * per_layer / config["ptq"]["chunks"]) + 1
+        passes = scan_passes(config["ptq"], w, model["num_hidden_layers"] if model else 0)
     kind, dtype = (w.task, getattr(w, "protocol", "paper")), evaluation["dtype"]
     tokens = passes * split_tokens(task, w.task, split, limit)
     if model is None or math.isnan(tokens):
@@ -223,6 +223,12 @@ def _evaluation(rule: str, w: Any, output: str, config: Mapping[str, Any]) -> Wo
     timed = tokens * flops.forward_per_token(model, length)
     return Work(rule, output, w.model, kind, 1, dtype, timed, 0.0,
                 parameters(model) * DTYPE_BYTES[dtype])  # fmt: skip
+
+
+def scan_passes(ptq: Mapping[str, Any], w: Any, layers: int) -> int:
+    """A sensitivity chunk's forward passes: each of its targets pruned, and the unpruned model."""
+    targets = layers * targets_per_layer(w.granularity, ptq["family"])
+    return chunk_sizes(targets, ptq["chunks"])[int(w.chunk)] + 1
 
 
 def work_of(rule: str, w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
@@ -242,7 +248,7 @@ def _fields_of(point: type, values: Mapping[str, Any]) -> dict[str, Any]:
 
 def work_from_record(record: Mapping[str, Any], path: str) -> Work | None:
     """The work a record's job was given (its parameters and FLOP count, known before it ran)."""
-    rule = {"quantized": "quantize"}.get(record.get("stage", ""), record.get("stage", ""))
+    rule = STAGE_RULE.get(record.get("stage", ""), record.get("stage", ""))
     if rule not in FAMILY:
         return None
     p, m = record.get("parameters", {}), record.get("metrics", {})
@@ -321,14 +327,14 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def forecast(work: Work, seen: list[Seen], system: System) -> Forecast:
+def estimate(work: Work, seen: list[Seen], system: System) -> Estimate:
     """The job's wall time from this system's records (measured or scaled), else assumed."""
     family = [s for s in seen if s.work.family == work.family]
     alike = [s for s in family if s.work.kind == work.kind]
     same = alike or family
     assumed = _assumption(system, work) or {}
     if work.timed_flops is None:
-        return Forecast(work, None, None, "unknown", "no FLOP count for this job's model")
+        return Estimate(work, None, None, "unknown", "no FLOP count for this job's model")
     if same:
         nearest = min(same, key=lambda s: abs(math.log(s.work.cards / work.cards)))
         at = [s.rate for s in same if s.work.cards == nearest.work.cards]
@@ -348,7 +354,7 @@ def forecast(work: Work, seen: list[Seen], system: System) -> Forecast:
     else:
         peak = _peak(system, work.dtype, work.cards)
         if not assumed or peak is None:
-            return Forecast(work, None, None, "unknown", f"no record, and no assumed rate or "
+            return Estimate(work, None, None, "unknown", f"no record, and no assumed rate or "
                             f"peak for {system.device} {work.family} in {work.dtype}")  # fmt: skip
         fraction, exponent = float(assumed["fraction_of_peak"]), float(assumed["card_exponent"])
         rate = fraction * peak / work.cards * work.cards**exponent
@@ -357,68 +363,40 @@ def forecast(work: Work, seen: list[Seen], system: System) -> Forecast:
         startup, tail, warm = float(assumed["startup_s"]) + loading, 0.0, None
     work_s = (work.timed_flops + work.warm_flops * (warm or 1.0)) / rate
     seconds = (startup or 0.0) + (tail or 0.0) + work_s
-    return Forecast(work, seconds, rate, source, basis)
+    return Estimate(work, seconds, rate, source, basis)
 
 
 # the study's plan ---------------------------------------------------------------------------
-def plan_works(config: Mapping[str, Any], system: System, measured: str) -> dict[str, Work]:
-    """Every measuring job of the study, by its record's path, as the workflow lists them."""
-    results = f"{config['results_dir']}/{config['study']}"
-    jobs: list[tuple[str, dict[str, Any], str]] = []
-    for c in points.finetune_cells(config):
-        where = f"{measured}/finetune/{c.model}/{c.strategy}/{c.attention}/cards-{c.cards}"
-        jobs.append(("finetune", c._asdict(), f"{where}/repeat-{c.repeat}.json"))
-    for devices, repeat in points.diffusion_cells(config):
-        where = f"{measured}/diffusion/devices-{devices}/repeat-{repeat}.json"
-        jobs.append(("diffusion", {"devices": devices, "repeat": repeat}, where))
-    evaluated = [m for m in sorted(config["models"]) if config["models"][m]["evaluate"]]
-    for model in evaluated:
-        for task in sorted(config["tasks"]):
-            for protocol in config["tasks"][task]["protocols"]:
-                where = f"{measured}/baseline/{model}/{task}/{protocol}.json"
-                cell = {"model": model, "task": task, "protocol": protocol}
-                jobs.append(("baseline", cell, where))
-    ptq = config["ptq"]
-    for model in evaluated if ptq["enabled"] else []:
-        for task in ptq.get("tasks", []):
-            cell = {"model": model, "task": task, "granularity": ptq["granularity"]}
-            folder = f"{model}/{task}/sensitivity/{ptq['granularity']}"
-            for chunk in range(ptq["chunks"]):
-                where = f"{results}/ptq/{folder}/chunk-{chunk}.json"
-                jobs.append(("sensitivity", cell | {"chunk": chunk}, where))
-            for bits in map(points.bits_path, ptq["bit_lists"]):
-                for recipe in ptq["recipes"]:
-                    where = f"{measured}/ptq/{model}/{task}/{ptq['granularity']}/bits-{bits}"
-                    jobs.append(("quantize", cell | {"bits": bits, "recipe": recipe},
-                                 f"{where}/{recipe}.json"))  # fmt: skip
-    return {out: work_of(rule, SimpleNamespace(**w), out, config, system) for rule, w, out in jobs}
+FORECAST_RULES = ("baseline", "sensitivity", "quantize", "finetune", "diffusion")
 
 
-class StudyForecast:
+class StudyEstimates:
     """A study's jobs on a system with this system's records: what the rules and `plan` ask."""
 
-    def __init__(
-        self, config: Mapping[str, Any], system: System, measured: str, seen: list | None = None
-    ) -> None:
-        self.config, self.system, self.measured = config, system, measured
-        self.seen = seen_in(record_files(Path(measured))) if seen is None else seen
+    def __init__(self, config: Mapping[str, Any], system: System, seen: list | None = None) -> None:
+        self.config, self.system = config, system
+        self.layout = StudyLayout(config, system.name)
+        self.seen = seen_in(record_files(Path(self.layout.measured))) if seen is None else seen
 
     @functools.cached_property
     def works(self) -> dict[str, Work]:
-        """Every job of the plan; a rule's runtime (at parse time) needs only its own."""
-        return plan_works(self.config, self.system, self.measured)
+        """Every measuring job of the study (the layout's), by its output; a rule's runtime (at
+        parse time) needs only its own."""
+        jobs = [job for job in self.layout.jobs() if job.rule in FORECAST_RULES]
+        return {j.path: work_of(j.rule, SimpleNamespace(**j.wildcards), j.path, self.config,
+                                self.system) for j in jobs}  # fmt: skip
 
-    def of(self, output: str) -> Forecast:
-        return forecast(self.works[output], self.seen, self.system)
+    def of(self, output: str) -> Estimate:
+        return estimate(self.works[output], self.seen, self.system)
 
-    def all(self) -> list[Forecast]:
+    def all(self) -> list[Estimate]:
         return [self.of(output) for output in self.works]
 
     def runtime(self, rule: str, wildcards: Any, attempt: int) -> int:
         """A Snakemake job's runtime in minutes: its forecast x MARGIN x attempt, bounded."""
         work = work_of(rule, wildcards, "", self.config, self.system)
         limit = (self.system.walltime or {}).get("max_minutes")
-        return forecast(work, self.seen, self.system).minutes(attempt, limit)
+        return estimate(work, self.seen, self.system).minutes(attempt, limit)
 
 
 def charge_of(system: System, work: Work, seconds: float) -> dict[str, Any]:
@@ -436,7 +414,7 @@ def charge_of(system: System, work: Work, seconds: float) -> dict[str, Any]:
             "energy_kwh": energy}  # fmt: skip
 
 
-def rows(forecasts: Iterable[Forecast], system: System) -> Iterator[dict[str, Any]]:
+def rows(forecasts: Iterable[Estimate], system: System) -> Iterator[dict[str, Any]]:
     limit = (system.walltime or {}).get("max_minutes")
     for f in forecasts:
         row = {"system": system.name, "rule": f.work.rule, "point": f.work.point, "jobs": 1}

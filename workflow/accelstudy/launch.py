@@ -14,6 +14,7 @@ from accelstudy.cost import Allocation, allocation
 from accelstudy.device import Device
 from accelstudy.errors import StudyError
 from accelstudy.records import Job, Record
+from accelstudy.strategies import REPLICATED, STRATEGIES
 from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
@@ -46,14 +47,14 @@ def command(
     cards: int,
     module: str,
     args: list[str],
-    strategy: str = "ddp",
+    strategy: str = REPLICATED,
     threads: int = 1,
 ) -> list[str]:
     """Across SLURM nodes, a step of one task per node, with `threads` cores and the cards."""
     nodes, per_node = system.layout(cards)
     worker = ["-m", module, *args]
     if system.launcher == "mpirun":
-        if strategy == "zero3" and nodes == 1:
+        if STRATEGIES[strategy].engine == "deepspeed" and nodes == 1:
             deepspeed = ["deepspeed", f"--num_gpus={per_node}", "--no_local_rank", "--module"]
             return [*deepspeed, module, *args]
         if nodes > 1:
@@ -107,7 +108,7 @@ class PointJob(Job):
         return self.resolve_dtype(asked, self.ranks_device, self.rank_threads(cards))
 
     def launch(
-        self, cards: int, module: str, args: list[str], strategy: str = "ddp", **hpu_env: str
+        self, cards: int, module: str, args: list[str], strategy: str = REPLICATED, **hpu_env: str
     ) -> dict[str, Any]:
         """The ranks' metrics and status, or PointFailed; `hpu_env`: what Habana's bridge reads."""
         result, self.cards = self.out.with_name(f".{self.out.stem}.ranks.json"), cards

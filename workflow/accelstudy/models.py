@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelstudy import snapshots
 from accelstudy.files import sha256_file, umask_mode, write_json
+from accelstudy.paths import RESOURCES
 from accelstudy.snapshots import ModelSourceError, weights_dir
 
 if TYPE_CHECKING:
@@ -202,3 +203,11 @@ def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, A
     write_json(out / snapshots.MANIFEST, manifest)
     log.info("prepared model %s: %s", out.name, {k: manifest.get(k) for k in ("id", "commit")})
     return manifest
+
+
+def load_model_config(model: str | Path) -> Any:
+    """A model's transformers config: a prepared model's directory, or a resources/models name."""
+    from transformers import AutoConfig
+
+    path = weights_dir(Path(model)) if Path(model).is_dir() else RESOURCES / "models" / str(model)
+    return AutoConfig.from_pretrained(str(path))

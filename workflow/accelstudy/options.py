@@ -9,7 +9,9 @@ from typing import Any
 import yaml
 
 from accelstudy.paths import SCHEMAS
+from accelstudy.pruning import FAMILIES, GRANULARITIES
 from accelstudy.recipes import RECIPES
+from accelstudy.strategies import STRATEGIES
 from accelstudy.tasks import TASK_NAMES, TASKS
 
 
@@ -20,6 +22,9 @@ def _schema() -> dict[str, Any]:
     names = {"enum": list(TASK_NAMES)}
     loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = names
     ptq["recipes"]["items"] = {"enum": list(RECIPES)}
+    ptq["granularity"]["enum"], ptq["family"]["enum"] = list(GRANULARITIES), list(FAMILIES)
+    strategies = loaded["properties"]["finetune"]["properties"]["strategies"]
+    strategies["items"], strategies["default"] = {"enum": list(STRATEGIES)}, list(STRATEGIES)
     ptq["calibration_limit"]["properties"] = {
         name: {"type": ["integer", "null"], "minimum": 1, "default": spec.calibration_limit}
         for name, spec in TASKS.items()
@@ -30,7 +35,8 @@ def _schema() -> dict[str, Any]:
 
 
 def schema() -> dict[str, Any]:
-    """The config schema, its task names from the task registry (a copy: validation fills it)."""
+    """The config schema, its names from the registries of tasks, recipes, strategies and pruning
+    targets (a copy: validation fills it)."""
     return json.loads(json.dumps(_schema()))
 
 

@@ -9,18 +9,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = PROJECT_ROOT / "workflow" / "schemas"
 RESOURCES = PROJECT_ROOT / "resources"
 SYSTEMS = PROJECT_ROOT / "config" / "systems"
-MEASURING_FOLDERS = ("baseline", "ptq", "finetune", "diffusion")  # of results/<study>/<system>/
-
-
-def system_folders(study: Path) -> list[Path]:
-    """The results/<study>/<system>/ folders: those named after a config/systems file."""
-    return sorted(d for d in study.glob("*/") if (SYSTEMS / f"{d.name}.yaml").is_file())
-
-
-def record_files(root: Path, folders: tuple[str, ...] = MEASURING_FOLDERS) -> list[Path]:
-    """The JSON files under a system folder's measuring folders, not a fine-tuning checkpoint's."""
-    found = [p for folder in folders for p in (root / folder).rglob("*.json")]
-    return sorted(p for p in found if not any(d.endswith(".checkpoints") for d in p.parts))
 
 
 def export_for_jobs(environ: MutableMapping[str, str], interpreter: str = sys.executable) -> None:

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any, ClassVar, NamedTuple, Self
 
 from accelstudy import options
+from accelstudy.strategies import STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ class FinetunePoint(Point):
 
     def hpu_mode(self) -> str:
         """lazy as the authors ran DDP and ZeRO-3; compile for FSDP (Gaudi needs it) or if asked"""
-        return "compile" if self.strategy == "fsdp" or self.gaudi_mode == "compile" else "lazy"
+        compiled = STRATEGIES[self.strategy].hpu_compile or self.gaudi_mode == "compile"
+        return "compile" if compiled else "lazy"
 
     def hpu_env(self) -> dict[str, str]:
         """Habana's bridge takes its mode from the environment once, when torch loads it."""

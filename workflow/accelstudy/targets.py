@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy import points
-from accelstudy.forecast import StudyForecast
+from accelstudy.forecast import StudyEstimates
+from accelstudy.layout import MEASURING, StudyLayout, beside, record_files, system_folders
 from accelstudy.options import node
-from accelstudy.paths import record_files, system_folders
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
@@ -23,17 +23,24 @@ class StudyTargets:
 
     def __init__(self, config: Mapping[str, Any], system: System) -> None:
         self.config, self.system = config, system
-        self.results = f"{config['results_dir']}/{config['study']}"
-        # the measuring rules' records, logs and benchmarks: one root per system, so that a
-        # study run on another system never re-runs (and so deletes) this one's
-        self.measured = f"{self.results}/{system.name}"
+        self.layout = StudyLayout(config, system.name)
+        self.results, self.measured = self.layout.results, self.layout.measured
         self.models = sorted(config["models"])
-        # models only fine-tuned (evaluate: false) get no baseline or PTQ jobs
-        self.eval_models = [m for m in self.models if config["models"][m]["evaluate"]]
         self.tasks = sorted(config["tasks"])
         self.ptq = config["ptq"]
         self.ptq_tasks = self.ptq.get("tasks", []) if self.ptq["enabled"] else []
-        self.bit_labels = [points.bits_path(bits) for bits in self.ptq.get("bit_lists", [])]
+
+    def output(self, rule: str) -> str:
+        return self.layout.template(rule)
+
+    def beside(self, rule: str, what: str) -> str:
+        return beside(self.layout.template(rule), what)
+
+    def log(self, rule: str) -> str:
+        return self.layout.side("logs", rule)
+
+    def benchmark(self, rule: str) -> str:
+        return self.layout.side("benchmarks", rule)
 
     def constraints(self) -> dict[str, str]:
         """Wildcard constraints: the schema's allowed values, the config's names."""
@@ -47,50 +54,12 @@ class StudyTargets:
         names = {k: "|".join(map(re.escape, v)) for k, v in allowed.items()}  # a '.' is a dot
         return names | numbers | {"bits": r"\d+(-\d+)*"}
 
-    # result files ----------------------------------------------------------------------------
-    def baseline_records(self) -> list[str]:
-        return [
-            f"{self.measured}/baseline/{model}/{task}/{protocol}.json"
-            for model in self.eval_models
-            for task in self.tasks
-            for protocol in self.config["tasks"][task]["protocols"]
-        ]
-
-    def _ptq_runs(self) -> list[str]:
-        return [f"{self.results}/ptq/{m}/{t}" for m in self.eval_models for t in self.ptq_tasks]
-
-    def _ptq_folders(self) -> list[str]:
-        level = self.ptq["granularity"]
-        return [f"{run}/{level}/bits-{b}" for run in self._ptq_runs() for b in self.bit_labels]
-
-    def ptq_records(self) -> list[str]:
-        folders = [d.replace(self.results, self.measured, 1) for d in self._ptq_folders()]
-        return [f"{d}/{recipe}.json" for d in folders for recipe in self.ptq["recipes"]]
-
-    def ptq_assignments(self) -> list[str]:
-        """Every bit list's assignment, in config order: Fig. 1 colours the targets by them."""
-        return [f"{folder}/assignment.json" for folder in self._ptq_folders()]
-
-    def sensitivity_tables(self) -> list[str]:
-        return [f"{run}/sensitivity/{self.ptq['granularity']}.csv" for run in self._ptq_runs()]
-
-    def finetune_records(self) -> list[str]:
-        return [
-            f"{self.measured}/finetune/{c.model}/{c.strategy}/{c.attention}/cards-{c.cards}/"
-            f"repeat-{c.repeat}.json"
-            for c in points.finetune_cells(self.config)
-        ]
-
-    def diffusion_records(self) -> list[str]:
-        cells = points.diffusion_cells(self.config)
-        return [f"{self.measured}/diffusion/devices-{d}/repeat-{r}.json" for d, r in cells]
+    # the report's inputs ---------------------------------------------------------------------
+    def records(self) -> list[str]:
+        return self.layout.paths(*MEASURING)
 
     def diffusion_samples(self) -> list[str]:
-        return [path.replace(".json", ".samples.npz") for path in self.diffusion_records()]
-
-    def records(self) -> list[str]:
-        evaluations = self.baseline_records() + self.ptq_records()
-        return evaluations + self.finetune_records() + self.diffusion_records()
+        return [beside(path, "samples") for path in self.layout.paths("diffusion")]
 
     def other_systems_records(self) -> list[str]:
         """Records another system's run of this study left, which the report lists too."""
@@ -141,11 +110,12 @@ class StudyTargets:
         return files
 
     def eval_split_file(self, w: Any) -> str:
-        return f"{self.results}/data/{w.task}/{self.task(w)['eval_split']}.jsonl"
+        return self.layout.path("prepare_data", task=w.task, split=self.task(w)["eval_split"])
 
     def calibration_file(self, w: Any) -> str:
         """Calibration data as the paper's: WikiText validation, HellaSwag/BoolQ train."""
-        return f"{self.results}/data/{w.task}/{TASKS[w.task].calibration_split}.jsonl"
+        split = TASKS[w.task].calibration_split
+        return self.layout.path("prepare_data", task=w.task, split=split)
 
     def eval_settings(self, w: Any) -> str:
         settings = relevant_settings(w.task, w.protocol, self.config["evaluation"])
@@ -163,8 +133,8 @@ class StudyTargets:
         return remainder if isinstance(remainder, str) else remainder.get(w.task, "last")
 
     def sensitivity_chunks(self, w: Any) -> list[str]:
-        folder = f"{self.results}/ptq/{w.model}/{w.task}/sensitivity/{w.granularity}"
-        return [f"{folder}/chunk-{i}.json" for i in range(self.ptq["chunks"])]
+        run = {"model": w.model, "task": w.task, "granularity": w.granularity}
+        return [self.layout.path("sensitivity", **run, chunk=i) for i in range(self.ptq["chunks"])]
 
     def fp8_flags(self, w: Any) -> str:
         """The fp8 recipe's own options (other recipes take none: a change re-runs only fp8)."""
@@ -173,12 +143,12 @@ class StudyTargets:
         values = (self.ptq["fp8_format"], self.ptq["fp8_without_hpu"])  # enums, quoted all the same
         return "--fp8-format {} --fp8-without-hpu {}".format(*map(shlex.quote, values))
 
-    def finetune_point(self, w: Any) -> str:
+    def finetune_point_json(self, w: Any) -> str:
         """The point as the worker reads it: only the finetune keys a point depends on."""
-        data_file = f"{self.results}/data/instructions/train.jsonl"
+        data_file = self.layout.path("prepare_instructions")
         return points.finetune_point(self.config, w, data_file).to_json()
 
-    def diffusion_point(self, w: Any) -> str:
+    def diffusion_point_json(self, w: Any) -> str:
         return points.diffusion_point(self.config, w).to_json()
 
     # scheduler resources of a point (a fine-tuning point's cards, a diffusion point's devices)
@@ -216,16 +186,16 @@ class StudyTargets:
         return {key: resource(key) for key in keys} | self.measuring_resources(rule)
 
     @functools.cached_property
-    def forecast(self) -> StudyForecast:
+    def estimates(self) -> StudyEstimates:
         """The study's jobs with this system's records so far (read once per parse)."""
-        return StudyForecast(self.config, self.system, self.measured)
+        return StudyEstimates(self.config, self.system)
 
     def measuring_resources(self, rule: str) -> dict[str, Any]:
         """A measuring job's runtime: its forecast times forecast.MARGIN, times the attempt (a
         retry after a time-out gets more), within the system's wall-time limit."""
 
         def runtime(wildcards: Any, attempt: int) -> int:
-            return self.forecast.runtime(rule, wildcards, attempt)
+            return self.estimates.runtime(rule, wildcards, attempt)
 
         return {"mem_mb": 8000, "runtime": runtime}
 

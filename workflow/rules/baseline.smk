@@ -1,15 +1,15 @@
 # The unquantized (FP32) model on every task, under every configured protocol.
 rule baseline:
     input:
-        model=f"{RESULTS}/models/{{model}}",
+        model=STUDY.output("prepare_model"),
         data=STUDY.eval_split_file,
     output:
-        record=f"{MEASURED}/baseline/{{model}}/{{task}}/{{protocol}}.json",
-        per_item=f"{MEASURED}/baseline/{{model}}/{{task}}/{{protocol}}.items.parquet",
+        record=STUDY.output("baseline"),
+        per_item=STUDY.beside("baseline", "items"),
     log:
-        f"{MEASURED}/logs/baseline/{{model}}-{{task}}-{{protocol}}.log",
+        STUDY.log("baseline"),
     benchmark:
-        f"{MEASURED}/benchmarks/baseline/{{model}}/{{task}}/{{protocol}}.tsv"
+        STUDY.benchmark("baseline")
     conda:
         CONDA_ENV
     threads: 1

@@ -24,7 +24,6 @@ os.environ.update(ACCELSTUDY_SYSTEM=SYSTEM.name)
 os.umask(os.umask(0o022) | 0o022)
 STUDY = StudyTargets(config, SYSTEM)
 RESULTS = STUDY.results
-MEASURED = STUDY.measured  # results/<study>/<system>: the measuring rules' outputs
 PTQ = config["ptq"]
 COMPARE = config["compare"]
 # `--software-deployment-method conda` builds the environment the system's device needs (Gaudi

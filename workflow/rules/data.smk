@@ -1,11 +1,11 @@
 # Models and datasets, prepared once per study and cached under results/.
 rule prepare_model:
     output:
-        directory(f"{RESULTS}/models/{{model}}"),
+        directory(STUDY.output("prepare_model")),
     log:
-        f"{RESULTS}/logs/prepare_model/{{model}}.log",
+        STUDY.log("prepare_model"),
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_model/{{model}}.tsv"
+        STUDY.benchmark("prepare_model")
     wildcard_constraints:
         model=STUDY.model_pattern(gguf=False),
     conda:
@@ -32,12 +32,12 @@ rule prepare_data:
     input:
         STUDY.local_file("tasks"),
     output:
-        rows=f"{RESULTS}/data/{{task}}/{{split}}.jsonl",
-        source=f"{RESULTS}/data/{{task}}/{{split}}.source.json",
+        rows=STUDY.output("prepare_data"),
+        source=STUDY.beside("prepare_data", "source"),
     log:
-        f"{RESULTS}/logs/prepare_data/{{task}}-{{split}}.log",
+        STUDY.log("prepare_data"),
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_data/{{task}}-{{split}}.tsv"
+        STUDY.benchmark("prepare_data")
     conda:
         CONDA_ENV
     resources:

@@ -4,13 +4,13 @@ rule prepare_dust:
     input:
         STUDY.local_file("diffusion"),
     output:
-        pairs=f"{RESULTS}/data/dust/pairs.npz",
-        card=f"{RESULTS}/data/dust/card.json",
-        source=f"{RESULTS}/data/dust/pairs.source.json",
+        pairs=STUDY.output("prepare_dust"),
+        card=STUDY.output("prepare_dust.card"),
+        source=STUDY.beside("prepare_dust", "source"),
     log:
-        f"{RESULTS}/logs/prepare_data/dust.log",
+        STUDY.log("prepare_dust"),
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_dust.tsv"
+        STUDY.benchmark("prepare_dust")
     conda:
         CONDA_ENV
     params:
@@ -23,15 +23,15 @@ rule prepare_dust:
 
 rule diffusion:
     input:
-        pairs=f"{RESULTS}/data/dust/pairs.npz",
-        card=f"{RESULTS}/data/dust/card.json",
+        pairs=STUDY.output("prepare_dust"),
+        card=STUDY.output("prepare_dust.card"),
     output:
-        record=f"{MEASURED}/diffusion/devices-{{devices}}/repeat-{{repeat}}.json",
-        samples=f"{MEASURED}/diffusion/devices-{{devices}}/repeat-{{repeat}}.samples.npz",
+        record=STUDY.output("diffusion"),
+        samples=STUDY.beside("diffusion", "samples"),
     log:
-        f"{MEASURED}/logs/diffusion/devices-{{devices}}-{{repeat}}.log",
+        STUDY.log("diffusion"),
     benchmark:
-        f"{MEASURED}/benchmarks/diffusion/devices-{{devices}}/repeat-{{repeat}}.tsv"
+        STUDY.benchmark("diffusion")
     conda:
         CONDA_ENV
     threads: STUDY.point_threads
@@ -40,7 +40,7 @@ rule diffusion:
     params:
         study=config["study"],
         system=config["system"],
-        point=STUDY.diffusion_point,
+        point=STUDY.diffusion_point_json,
     shell:
         "accelstudy diffusion --study {params.study:q} --system {params.system:q} "
         "--point {params.point:q} --data {input.pairs:q} --card {input.card:q} "

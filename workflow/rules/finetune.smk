@@ -4,12 +4,12 @@ rule prepare_instructions:
     input:
         STUDY.local_file("finetune"),
     output:
-        rows=f"{RESULTS}/data/instructions/train.jsonl",
-        source=f"{RESULTS}/data/instructions/train.source.json",
+        rows=STUDY.output("prepare_instructions"),
+        source=STUDY.beside("prepare_instructions", "source"),
     log:
-        f"{RESULTS}/logs/prepare_data/instructions.log",
+        STUDY.log("prepare_instructions"),
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_instructions.tsv"
+        STUDY.benchmark("prepare_instructions")
     conda:
         CONDA_ENV
     params:
@@ -21,14 +21,14 @@ rule prepare_instructions:
 
 rule finetune:
     input:
-        model=f"{RESULTS}/models/{{model}}",
-        data=f"{RESULTS}/data/instructions/train.jsonl",
+        model=STUDY.output("prepare_model"),
+        data=STUDY.output("prepare_instructions"),
     output:
-        f"{MEASURED}/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.json",
+        STUDY.output("finetune"),
     log:
-        f"{MEASURED}/logs/finetune/{{model}}-{{strategy}}-{{attention}}-{{cards}}-{{repeat}}.log",
+        STUDY.log("finetune"),
     benchmark:
-        f"{MEASURED}/benchmarks/finetune/{{model}}/{{strategy}}/{{attention}}/cards-{{cards}}/repeat-{{repeat}}.tsv"
+        STUDY.benchmark("finetune")
     conda:
         CONDA_ENV
     threads: STUDY.point_threads
@@ -37,7 +37,7 @@ rule finetune:
     params:
         study=config["study"],
         system=config["system"],
-        point=STUDY.finetune_point,
+        point=STUDY.finetune_point_json,
         source=config["finetune"]["data"]["source"],
     shell:
         "accelstudy finetune --study {params.study:q} --system {params.system:q} "

@@ -4,14 +4,14 @@
 # overlap their single-threaded start-up; the scan, on the longest chain, starts first.
 rule sensitivity:
     input:
-        model=f"{RESULTS}/models/{{model}}",
+        model=STUDY.output("prepare_model"),
         data=STUDY.calibration_file,
     output:
-        f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}/chunk-{{chunk}}.json",
+        STUDY.output("sensitivity"),
     log:
-        f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.log",
+        STUDY.log("sensitivity"),
     benchmark:
-        f"{RESULTS}/benchmarks/sensitivity/{{model}}-{{task}}-{{granularity}}-{{chunk}}.tsv"
+        STUDY.benchmark("sensitivity")
     priority: 1
     conda:
         CONDA_ENV
@@ -38,11 +38,11 @@ rule gather_sensitivity:
     input:
         STUDY.sensitivity_chunks,
     output:
-        f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}.csv",
+        STUDY.output("gather_sensitivity"),
     log:
-        f"{RESULTS}/logs/sensitivity/{{model}}-{{task}}-{{granularity}}-gather.log",
+        STUDY.log("gather_sensitivity"),
     benchmark:
-        f"{RESULTS}/benchmarks/gather_sensitivity/{{model}}-{{task}}-{{granularity}}.tsv"
+        STUDY.benchmark("gather_sensitivity")
     conda:
         CONDA_ENV
     shell:
@@ -51,14 +51,14 @@ rule gather_sensitivity:
 
 rule cluster:
     input:
-        table=f"{RESULTS}/ptq/{{model}}/{{task}}/sensitivity/{{granularity}}.csv",
-        model=f"{RESULTS}/models/{{model}}",
+        table=STUDY.output("gather_sensitivity"),
+        model=STUDY.output("prepare_model"),
     output:
-        f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
+        STUDY.output("cluster"),
     log:
-        f"{RESULTS}/logs/cluster/{{model}}-{{task}}-{{granularity}}-{{bits}}.log",
+        STUDY.log("cluster"),
     benchmark:
-        f"{RESULTS}/benchmarks/cluster/{{model}}-{{task}}-{{granularity}}-{{bits}}.tsv"
+        STUDY.benchmark("cluster")
     conda:
         CONDA_ENV
     params:
@@ -73,17 +73,17 @@ rule cluster:
 
 rule quantize:
     input:
-        model=f"{RESULTS}/models/{{model}}",
+        model=STUDY.output("prepare_model"),
         data=STUDY.eval_split_file,
-        assignment=f"{RESULTS}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/assignment.json",
+        assignment=STUDY.output("cluster"),
         calibration=STUDY.calibration_file,
     output:
-        record=f"{MEASURED}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.json",
-        per_item=f"{MEASURED}/ptq/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.items.parquet",
+        record=STUDY.output("quantize"),
+        per_item=STUDY.beside("quantize", "items"),
     log:
-        f"{MEASURED}/logs/quantize/{{model}}-{{task}}-{{granularity}}-{{bits}}-{{recipe}}.log",
+        STUDY.log("quantize"),
     benchmark:
-        f"{MEASURED}/benchmarks/quantize/{{model}}/{{task}}/{{granularity}}/bits-{{bits}}/{{recipe}}.tsv"
+        STUDY.benchmark("quantize")
     conda:
         CONDA_ENV
     threads: 1

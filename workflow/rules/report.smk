@@ -4,18 +4,18 @@ rule report:
         records=STUDY.records(),
         other_systems=STUDY.other_systems_records(),
         samples=STUDY.diffusion_samples(),
-        sensitivity=STUDY.sensitivity_tables(),
-        assignments=STUDY.ptq_assignments(),
+        sensitivity=STUDY.layout.paths("gather_sensitivity"),
+        assignments=STUDY.layout.paths("cluster"),
     output:
         **{name: captioned(name) for name in OUTPUTS},
-        html=f"{RESULTS}/report/index.html",
+        html=STUDY.output("report"),
         markdown=f"{RESULTS}/report/report.md",
         records_csv=f"{RESULTS}/tables/records.csv",
         records_parquet=f"{RESULTS}/tables/records.parquet",
     log:
-        f"{RESULTS}/logs/report.log",
+        STUDY.log("report"),
     benchmark:
-        f"{RESULTS}/benchmarks/report.tsv"
+        STUDY.benchmark("report")
     conda:
         CONDA_ENV
     params:

@@ -11,6 +11,7 @@ from typing import Any
 
 from accelstudy.errors import StudyError
 from accelstudy.files import atomic_open, sha256_file, write_json
+from accelstudy.layout import beside
 from accelstudy.snapshots import hub_commit
 from accelstudy.tasks import TASKS
 
@@ -174,7 +175,7 @@ def describe_source(
 
 def source_file(data: str | Path) -> Path:
     """Where a prepare stage describes the source of what it wrote at `data`."""
-    return Path(data).with_suffix(".source.json")
+    return Path(beside(data, "source"))
 
 
 def read_source(data: str | Path) -> dict[str, Any]:

@@ -7,20 +7,23 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from accelstudy.data.sources import describe_source, read_source
-from accelstudy.finetune.planner import fit_check, load_config, meta_model
+from accelstudy.finetune.planner import fit_check, meta_model
 from accelstudy.flops import training_per_token
 from accelstudy.launch import PointFailed, PointJob
+from accelstudy.models import load_model_config
 from accelstudy.points import FinetunePoint
 from accelstudy.records import Record
 from accelstudy.snapshots import identity
+from accelstudy.strategies import STRATEGIES
 
 WORKER = "accelstudy.finetune.train"
 
 
 def unsupported(point: FinetunePoint, config: PretrainedConfig, device_kind: str) -> str | None:
     """Why this machine cannot run the point as asked, or None."""
-    if point.strategy == "zero3" and importlib.util.find_spec("deepspeed") is None:
-        return "zero3 needs DeepSpeed, which is not installed"
+    engine = STRATEGIES[point.strategy].engine
+    if engine == "deepspeed" and importlib.util.find_spec(engine) is None:
+        return f"{point.strategy} needs DeepSpeed, which is not installed"
     model_class = type(meta_model(config))  # the plan's, already built
     if point.attention == "fused" and device_kind != "hpu" and not model_class._supports_sdpa:
         return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"
@@ -32,7 +35,7 @@ def run(
 ) -> dict[str, Any]:
     """Plan, then (unless predicted not to fit) train one point; write its record."""
     job = PointJob.from_flags(**flags)
-    asked, config = point, load_config(model_dir)
+    asked, config = point, load_model_config(model_dir)
     point = point.replace(dtype=job.ranks_dtype(point.dtype, point.cards))
     metrics, over = fit_check(config, point, job.system, job.ranks_device)
     reason = unsupported(point, config, job.ranks_device)

@@ -9,16 +9,16 @@ from typing import Any
 
 import psutil
 import torch
-import yaml
-from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from accelstudy.config import validate_config
 from accelstudy.errors import ConfigError
-from accelstudy.paths import RESOURCES, SYSTEMS
+from accelstudy.models import load_model_config
+from accelstudy.paths import RESOURCES
 from accelstudy.peak import peak, resolve_dtype
 from accelstudy.points import FinetunePoint, finetune_cells, finetune_point
 from accelstudy.snapshots import weights_dir
-from accelstudy.systems import System, load_system
+from accelstudy.strategies import STRATEGIES
+from accelstudy.systems import System
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Beyond the tensors counted here, stated, not fitted per point: cpu, allocator slack, thread
@@ -72,12 +72,6 @@ class HostPlan:
         return self.total <= host_memory_gb * 1e9
 
 
-def load_config(model: str | Path) -> PretrainedConfig:
-    """A config from a directory (a prepared model, or one under resources/models)."""
-    path = weights_dir(Path(model)) if Path(model).is_dir() else RESOURCES / "models" / str(model)
-    return AutoConfig.from_pretrained(str(path))
-
-
 def meta_model(config: PretrainedConfig) -> PreTrainedModel:
     """Built once per config: a plan of the paper's sweep asks for each model hundreds of times."""
     key = config.to_json_string()
@@ -98,21 +92,21 @@ def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str,
             if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets:
                 # LoRA's A (rank x in) and B (out x rank)
                 tensors += [(rank * module.in_features, True), (module.out_features * rank, True)]
-    width, cards, strategy = DTYPE_BYTES[point.dtype], point.cards, point.strategy
+    width, cards, strategy = DTYPE_BYTES[point.dtype], point.cards, STRATEGIES[point.strategy]
     persistence = point.zero3_persistence_threshold
     persistence = ZERO3_PERSISTENCE if persistence is None else persistence
-    # FSDP: accelerate's mixed precision upcasts the trainable weights to FP32 shards
-    trained = 4 if strategy == "fsdp" else width
+    trained = strategy.trainable_bytes or width
     totals = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
     for elements, trainable in tensors:
-        share = elements if strategy == "ddp" else math.ceil(elements / cards)
-        held = share + (elements if strategy == "zero3" and elements < persistence else 0)
+        share = math.ceil(elements / cards) if strategy.shards else elements
+        whole = strategy.whole_below_threshold and elements < persistence
+        held = share + (elements if whole else 0)
         totals["parameters"] += held * (trained if trainable else width)
         if trainable:
             totals["gradients"] += share * trained
-            totals["optimizer"] += share * (12 if strategy == "zero3" else 2 * trained)
-    # AdamW's step: one per trainable tensor; DeepSpeed's optimizer sees one flat group
-    steps = 1 if strategy == "zero3" else sum(1 for _, trainable in tensors if trainable)
+            totals["optimizer"] += share * (strategy.optimizer_bytes or 2 * trained)
+    # AdamW's step: one per trainable tensor, or one flat group (DeepSpeed's)
+    steps = 1 if strategy.flat_optimizer else sum(1 for _, trainable in tensors if trainable)
     totals["optimizer"] += 4 * steps
     return totals
 
@@ -135,14 +129,14 @@ def activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
     return n * per_layer + b * s * config.vocab_size * (width + 3 * 4)
 
 
-def plan(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryPlan:
+def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryPlan:
     """Per-card bytes; a sharded rank gathers the unwrapped rest and two layers (now and next)."""
     model = meta_model(config)
     states = model_state_bytes(model, point) | {"activations": activation_bytes(config, point)}
     layers = model.get_decoder().layers
     layer = sum(p.numel() for p in layers[0].parameters())
     rest = model.num_parameters() - len(layers) * layer
-    sharded = point.strategy != "ddp" and point.cards > 1
+    sharded = STRATEGIES[point.strategy].shards and point.cards > 1
     gathered = (rest + 2 * layer) * DTYPE_BYTES[point.dtype] if sharded else 0
     return MemoryPlan(**states, gathered=gathered, overhead=int(FRAMEWORK_OVERHEAD[device]))
 
@@ -151,14 +145,15 @@ def plan_host(
     config: PretrainedConfig, point: FinetunePoint, device: str, ranks_per_node: int
 ) -> HostPlan:
     """Rank 0's node (the busiest), per rank: its process, the larger of the weights it loads
-    (ZeRO-3: its partition and a file read; FSDP: rank 0, all on Gaudi) and a cpu plan, its data."""
+    (its partition and a file read; rank 0 alone, but all on Gaudi) and a cpu plan, its data."""
     weights = meta_model(config).num_parameters() * DTYPE_BYTES[point.dtype]
     blocks = point.max_steps * point.samples_per_step * point.cards
     data = blocks * point.max_seq_length * TOKEN_COLUMNS * 8
-    resident = plan(config, point, device).total if device == "cpu" else 0
-    zero3 = math.ceil(weights / point.cards) + min(weights, int(CHECKPOINT_SHARD))
-    loads = [{"ddp": weights, "zero3": zero3, "fsdp": weights}[point.strategy]] * ranks_per_node
-    if point.strategy == "fsdp" and device != "hpu":  # rank 0 alone loads
+    resident = plan_card(config, point, device).total if device == "cpu" else 0
+    loads_by = STRATEGIES[point.strategy].loads
+    partition = math.ceil(weights / point.cards) + min(weights, int(CHECKPOINT_SHARD))
+    loads = [partition if loads_by == "its partition" else weights] * ranks_per_node
+    if loads_by == "rank 0" and device != "hpu":
         loads[1:] = [0] * (ranks_per_node - 1)
     return HostPlan(tuple(int(HOST_PROCESS[device]) + max(w, resident) + data for w in loads))
 
@@ -181,7 +176,7 @@ def fit_check(
     config: PretrainedConfig, point: FinetunePoint, system: System, device: str
 ) -> tuple[dict[str, Any], str]:
     """The point's plans against the system's memory, and what it would overflow ("" if none)."""
-    card = plan(config, point, device)
+    card = plan_card(config, point, device)
     host = plan_host(config, point, device, system.layout(point.cards)[1])
     budget, host_budget = memory_per_card(system, point.cards), host_memory(system)
     over = [] if card.fits(budget) else ["card"]
@@ -196,7 +191,7 @@ def plan_point(
 ) -> MemoryPlan:
     """`accelstudy plan-memory`: `point` holds FinetunePoint's other fields."""
     workload = FinetunePoint(per_device_batch=batch, max_seq_length=seq_len, **point)
-    return plan(load_config(model), workload, device)
+    return plan_card(load_model_config(model), workload, device)
 
 
 def model_source(config: Mapping[str, Any], model: str) -> Path:
@@ -224,31 +219,10 @@ def plan_sweep(config: Mapping[str, Any], system: System) -> list[dict[str, Any]
         point, limit = point.replace(dtype=dtype), peak(system, system.device, dtype, cell.cards, 1)
         row |= {"dtype": dtype, "peak_tflops": limit.get("flops_per_s", math.nan) / 1e12}
         row["peak_source"] = limit["source"].split(":")[0]  # the full sources: under the table
-        model_config = load_config(model_source(config, cell.model))
+        model_config = load_model_config(model_source(config, cell.model))
         metrics, over = fit_check(model_config, point, system, system.device)
         card, host = metrics["predicted"]["total"], metrics["predicted_host"]["total"]
         row |= {"card_gb": card / 1e9, "card_offer_gb": metrics["memory_per_card_gb"]}
         row |= {"host_gb": host / 1e9, "host_offer_gb": metrics["host_memory_gb"]}
         rows.append(row | {"held_out_for": over})
     return rows
-
-
-def plan_study(configfile: Path, system: list[str], every_point: bool) -> None:
-    """`accelstudy plan`: per system (default: all), the points held out for memory."""
-    import pandas as pd
-
-    config = validate_config(yaml.safe_load(Path(configfile).read_text()) or {})
-    for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
-        machine = load_system(name)
-        rows = pd.DataFrame(plan_sweep(config, machine))
-        held = rows[rows["held_out_for"] != ""]
-        shown = rows if every_point else held
-        print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
-        if not shown.empty:
-            print(shown.drop(columns="system").to_string(index=False, float_format="%.1f"))
-        for dtype in rows["dtype"].dropna().unique():
-            limit = peak(machine, machine.device, dtype, 1, 1)
-            rate = f"{limit['flops_per_s'] / 1e12:g} TFLOP/s, " if "flops_per_s" in limit else ""
-            print(f"  peak per card in {dtype}: {rate}{limit['source']}")
-        if "host_offer_gb" in rows and rows["host_offer_gb"].isna().all():
-            print(f"  host RAM unplanned: config/systems/{name}.yaml states no host_memory_gb")

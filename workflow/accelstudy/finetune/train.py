@@ -25,11 +25,11 @@ from accelstudy import ranks, timeline
 from accelstudy.data.instructions import concatenated_blocks, load_examples
 from accelstudy.device import DTYPES, Device, host_peak_rss
 from accelstudy.files import read_json, sha256_file, write_json
-from accelstudy.finetune import strategies
-from accelstudy.finetune.planner import load_config
-from accelstudy.models import DTYPE_KWARG
+from accelstudy.finetune import engines
+from accelstudy.models import DTYPE_KWARG, load_model_config
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import weights_dir
+from accelstudy.strategies import STRATEGIES
 
 DIGESTS = "accelstudy-digests.json"  # sha256 of each file of a checkpoint, as its run saved it
 OOM_HOOK = "ACCELSTUDY_TEST_RAISE_OOM"  # "1": every rank raises OutOfMemoryError in step 1
@@ -54,7 +54,7 @@ class Meter(TrainerCallback):
             raise torch.OutOfMemoryError(f"out of memory (test hook {OOM_HOOK})")
 
     def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
-        counts = strategies.held_bytes(model, getattr(optimizer, "optimizer", optimizer))
+        counts = engines.held_bytes(model, getattr(optimizer, "optimizer", optimizer))
         self.held = {key: max(value, self.held.get(key, 0)) for key, value in counts.items()}
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -91,7 +91,7 @@ def decoder_layer_classes(model_dir: Path) -> list[str]:
     """What FSDP wraps: the no-split modules' classes as built (on Gaudi, optimum-habana's, which
     it swaps in after the planner may have cached a model: so built anew here)."""
     with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(load_config(model_dir))
+        model = AutoModelForCausalLM.from_config(load_model_config(model_dir))
     wanted, classes = set(model._no_split_modules), {type(m) for m in model.modules()}
     return sorted({c.__name__ for c in classes if wanted & {base.__name__ for base in c.mro()}})
 
@@ -105,13 +105,14 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(weights)
     kwargs: dict[str, Any] = {DTYPE_KWARG: DTYPES[point.dtype]}
     if device_kind != "hpu":
-        kwargs["attn_implementation"] = strategies.ATTENTION[point.attention]
+        kwargs["attn_implementation"] = engines.ATTENTION[point.attention]
     # all ranks but under torch's FSDP, where rank 0 alone loads (RAM-efficient loading)
-    if point.strategy != "fsdp" or device_kind == "hpu" or os.environ.get("RANK", "0") == "0":
+    alone = STRATEGIES[point.strategy].loads == "rank 0" and device_kind != "hpu"
+    if not alone or os.environ.get("RANK", "0") == "0":
         model = AutoModelForCausalLM.from_pretrained(weights, use_safetensors=True, **kwargs)
     else:
         with init_empty_weights(include_buffers=False):
-            model = AutoModelForCausalLM.from_config(load_config(model_dir), **kwargs)
+            model = AutoModelForCausalLM.from_config(load_model_config(model_dir), **kwargs)
         buffers = [(module, dict(module._buffers)) for module in model.modules()]
         model.to_empty(device="cpu")
         for module, kept in buffers:
@@ -147,16 +148,16 @@ def last_checkpoint(directory: Path) -> Path | None:
 
 def run_point(point: FinetunePoint, model_dir: Path, out: Path, device: Device) -> ranks.Measured:
     # the launcher's OMP_NUM_THREADS wins (torchrun sets 1 where none is given)
-    for key, value in strategies.process_env().items():
+    for key, value in engines.process_env().items():
         os.environ.setdefault(key, value)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    strategies.prepare_state(point.strategy, device.kind)
+    engines.prepare_state(point.strategy, device.kind)
     baseline = psutil.Process().memory_info().rss
     device.reset_peak_memory()
     kept = checkpoint_dir(out) if point.checkpoint_steps else None
     with tempfile.TemporaryDirectory(prefix="accelstudy-ft-") as scratch:
         layers = decoder_layer_classes(model_dir)
-        args = strategies.training_arguments(point, kept or Path(scratch), device.kind, layers)
+        args = engines.training_arguments(point, kept or Path(scratch), device.kind, layers)
         model, tokenizer = load_model(model_dir, point, device.kind)  # after the args: zero.Init
         loaded = psutil.Process().memory_info().rss - baseline
         # exactly the blocks the steps consume: steps x batch x accumulation x ranks
@@ -166,7 +167,7 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path, device: Device) 
         meter = Meter(point.throughput_warmup_steps)
         kwargs = dict(args=args, data_collator=default_data_collator, callbacks=[meter])
         data = Dataset.from_dict(blocks)
-        trainer = strategies.trainer(point, device.kind, model, train_dataset=data, **kwargs)
+        trainer = engines.trainer(point, device.kind, model, train_dataset=data, **kwargs)
         resume = last_checkpoint(kept) if kept else None
         steps = trainer.train(resume_from_checkpoint=str(resume) if resume else None).global_step
     peak = device.peak_memory_bytes() - (baseline if device.kind == "cpu" else 0)

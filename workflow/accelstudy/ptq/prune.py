@@ -8,9 +8,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-GRANULARITIES = ("layer", "layer-per-tensor", "submodule")
-MLP, ATTENTION = ("gate_proj", "up_proj", "down_proj"), ("q_proj", "k_proj", "v_proj", "o_proj")
-FAMILIES = {"mlp": MLP, "attn": ATTENTION, "all": ATTENTION + MLP}
+from accelstudy.pruning import FAMILIES, GRANULARITIES
 
 
 @dataclass(frozen=True)

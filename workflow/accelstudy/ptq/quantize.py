@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import pkgutil
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -169,7 +170,7 @@ def quantize(**flags: Any) -> dict[str, Any]:
     model, tokenizer = load_prepared(job.model_dir)
     spec = json.loads(Path(job.assignment).read_text())
     bits = module_assignment(model, spec, job.assignment)
-    apply = globals()[recipe.name]  # the recipe's function, below in this module
+    apply = pkgutil.resolve_name(recipe.function)
     model, stored, ratio, note = apply(job, model, bits)
     asked = recipe.compute_dtype or job.settings.get("dtype") or "float32"
     compute = DTYPES[job.resolve_dtype(asked, job.device.kind)]

@@ -23,6 +23,7 @@ from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
 from accelstudy.files import write_json
 from accelstudy.models import load_prepared
+from accelstudy.pruning import chunk_slice
 from accelstudy.ptq import SCAN_KEYS
 from accelstudy.ptq.prune import Target, decoder_layers, pruned, targets
 from accelstudy.tasks import TASKS
@@ -163,7 +164,7 @@ def scan(
 
 def chunk_targets(all_targets: list[Target], chunks: int, index: int) -> list[Target]:
     """The index-th of `chunks` near-equal consecutive slices (the longer ones first)."""
-    return [all_targets[i] for i in torch.arange(len(all_targets)).tensor_split(chunks)[index]]
+    return [all_targets[i] for i in chunk_slice(len(all_targets), chunks, index)]
 
 
 def sensitivity_chunk(

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from accelstudy.strategies import STRATEGIES
+
 # what must be equal for the losses to agree: the study (one config) and, across studies, what
 # shapes the data and steps; not the repeat (every repeat trains from the same seed)
 COMPARABLE_KEYS = [
     "study", "model", "system", "data", "cards", "attention", "seed", "max_steps",
     "per_device_batch", "grad_accum", "max_seq_length", "dtype",
 ]  # fmt: skip
-ORDER = ["ddp", "zero3", "fsdp"]
 FLAGGED = "flagged: trains differently, left out of the choices"
 TOLERANCE = 2**-6  # of the reference's loss, at every step
 AGREEMENT_COLUMNS = [
@@ -40,7 +41,9 @@ def agreement(records: pd.DataFrame) -> pd.DataFrame:
     runs = runs.loc[[pd.api.types.is_list_like(v) and len(v) > 0 for v in runs["losses"]]]
     keys, rows = [key for key in COMPARABLE_KEYS if key in runs], []
     for values, part in runs.groupby(keys, dropna=False):
-        ranked = part.sort_values("strategy", key=lambda s: s.map(ORDER.index), kind="stable")
+        ranked = part.sort_values(
+            "strategy", key=lambda s: s.map(list(STRATEGIES).index), kind="stable"
+        )
         reference, *others = ranked.to_dict("records")
         for run in others:
             step, off = deviation(run["losses"], reference["losses"])

@@ -5,7 +5,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from accelstudy import accounting
-from accelstudy.report import diffusion, finetune, forecasts, ptq, recommend, timing, utilization
+from accelstudy.report import (
+    estimates,
+    finetuning,
+    quantization,
+    recommend,
+    superresolution,
+    timing,
+    utilization,
+)
 from accelstudy.report.collect import collect_records, with_scheduler_figures
 from accelstudy.report.pages import NOTES, Section, write_pages, write_records
 
@@ -31,13 +39,15 @@ def build_report(
     by_system = every.pivot_table("record", "system", "stage", "size", fill_value=0).reset_index()
     measured = results_dir / system if system else results_dir
     sections = [
-        *ptq.sections(records, results_dir, sensitivity, assignments, calibration, bit_lists),
-        *finetune.sections(records, results_dir),
-        *diffusion.sections(records, results_dir),
+        *quantization.sections(
+            records, results_dir, sensitivity, assignments, calibration, bit_lists
+        ),
+        *finetuning.sections(records, results_dir),
+        *superresolution.sections(records, results_dir),
         *recommend.sections(records),
         *utilization.sections(records, results_dir / "tables"),
         *timing.sections(records["record"], results_dir, measured),
-        *forecasts.sections(records, results_dir),
+        *estimates.sections(records, results_dir),
     ]
     if len(by_system) > 1:  # the study holds other systems' records too
         note = NOTES["systems"].format(system=system)

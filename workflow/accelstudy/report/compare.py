@@ -12,9 +12,9 @@ import pandas as pd
 
 from accelstudy.errors import StudyError
 from accelstudy.files import read_json
-from accelstudy.paths import MEASURING_FOLDERS, system_folders
+from accelstudy.layout import MEASURING_FOLDERS, system_folders
 from accelstudy.records import SCHEMA_VERSION, validate_record
-from accelstudy.report import diffusion, finetune, ptq
+from accelstudy.report import finetuning, quantization, superresolution
 from accelstudy.report.collect import flatten, items_of, joined
 from accelstudy.report.pages import NOTES, Section, write_csv, write_pages, write_records
 from accelstudy.tasks import TASKS
@@ -299,13 +299,14 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
         Section("Runs", "", sites),
         Section(f"Ratios against {reference}", NOTES["ratios"].format(rule=REPEATS_RULE), ratio),
         Section("Metrics item by item, against the reference", NOTES["paired"], paired),
-        *ptq.sections(matched, out),  # each part's, as in a study's report, its systems apart
-        *finetune.sections(matched, out),
-        *diffusion.sections(matched, out),
+        *quantization.sections(
+            matched, out
+        ),  # each part's, as in a study's report, its systems apart
+        *finetuning.sections(matched, out),
+        *superresolution.sections(matched, out),
         Section(LEFT_OUT, "", left_out.drop(columns=["run"])),
     ]
     counts = f"{len(matched)} matched, {len(left_out)} left out"
     intro = f"{len(records)} records from {len(sites)} runs; {counts}."
     index = write_pages("accelstudy comparison across systems", intro, sections, out / "report")
-    print(index)
     return index

@@ -3,19 +3,20 @@ memory) and, from the measurements, the fastest, the cheapest and the least-ener
 fits; planner-only where nothing was measured, labelled predicted. And the paper's rule,
 "shard only when the model does not fit", checked against the measurements."""
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
-from accelstudy.config import validate_config
+from accelstudy.config import read_config
 from accelstudy.errors import require
 from accelstudy.finetune.planner import plan_sweep
-from accelstudy.paths import record_files, system_folders
+from accelstudy.layout import StudyLayout, record_files, system_folders
 from accelstudy.report.agreement import AGREEMENT_COLUMNS, agreement, flagged_records
 from accelstudy.report.collect import collect_records
-from accelstudy.report.forecasts import held_out, point_forecasts
+from accelstudy.report.estimates import held_out, point_estimates
 from accelstudy.report.pages import NOTES, Section
+from accelstudy.strategies import REPLICATED
 from accelstudy.systems import load_system
 from accelstudy.uncertainty import ONE_REPEAT, within_each_other
 
@@ -81,13 +82,13 @@ def sharding_rule(fits: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     whether "shard only when the model does not fit" holds (DDP fastest where it fits)."""
     rows = []
     for (model, system, cards), part in fits.groupby(["model", "system", "cards"]):
-        ddp = part[part["strategy"] == "ddp"]
+        ddp = part[part["strategy"] == REPLICATED]
         ddp_fits = bool((ddp["held_out_for"] == "").any())
         ran = points[(points["model"] == model) & (points["system"] == system)]
         ran = ran[ran["cards"] == cards].dropna(subset=["tokens_per_s"])
         row = {"model": model, "system": system, "cards": cards, "ddp_fits": ddp_fits}
         if ran.empty:
-            expected = "ddp" if ddp_fits else "a sharded strategy"
+            expected = REPLICATED if ddp_fits else "a sharded strategy"
             rows.append(row | {"fastest": "-", "rule": f"not measured (predicted: {expected})"})
             continue
         best = ran.iloc[ran["tokens_per_s"].argmax()]
@@ -101,9 +102,9 @@ def sharding_rule(fits: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
 def _verdict(ran: pd.DataFrame, best: pd.Series, ddp_fits: bool) -> str:
     """DDP fastest where it fits, else a sharded strategy; a sharded one ahead of a fitting DDP
     that the repeats cannot tell from it (uncertainty.within_each_other) is noise, not a breach."""
-    if (best["strategy"] == "ddp") == ddp_fits:
+    if (best["strategy"] == REPLICATED) == ddp_fits:
         return "holds"
-    ddp = ran[ran["strategy"] == "ddp"]
+    ddp = ran[ran["strategy"] == REPLICATED]
     if ddp.empty:
         return "does not hold"
     fastest_ddp = ddp.iloc[ddp["tokens_per_s"].argmax()]
@@ -141,46 +142,32 @@ def sections(records: pd.DataFrame) -> list[Section]:
     ]  # fmt: skip
 
 
-def recommend(model: str, system: str, configfile: Path, results: list[Path]) -> None:
-    """`accelstudy recommend`: the fit map, the choices (measured, else predicted), the rule."""
-    config = validate_config(yaml.safe_load(Path(configfile).read_text()) or {})
-    require(
-        model in config["finetune"]["models"],
-        "model",
-        f"'{model}' is not fine-tuned by {configfile}; name one of {config['finetune']['models']}",
-    )
+@dataclass(frozen=True)
+class Recommendation:
+    """`accelstudy recommend`'s answer for one model on one system."""
+
+    fits: pd.DataFrame  # the planner's fit map over strategy x cards
+    points: pd.DataFrame  # what was measured there (measured_points)
+    estimates: pd.DataFrame  # each fitting point's forecast (report.estimates.by_point)
+
+
+def recommendation(
+    model: str, system: str, configfile: Path, results: list[Path]
+) -> Recommendation:
+    """The fit map, the measured points (from `results`) and the fitting points' forecasts."""
+    config = read_config(configfile)
+    fine_tuned = config["finetune"]["models"]
+    problem = f"'{model}' is not fine-tuned by {configfile}; name one of {fine_tuned}"
+    require(model in fine_tuned, "model", problem)
     config["finetune"]["models"] = [model]
-    planned = plan_sweep(config, load_system(system))
-    fits = pd.DataFrame(planned)
+    machine = load_system(system)
+    planned = plan_sweep(config, machine)
     roots = [root for run in map(Path, results) for root in [run, *system_folders(run)]]
     paths = [p for root in roots for p in record_files(root, ("finetune",))]
     points = measured_points(collect_records(paths) if paths else pd.DataFrame())
     points = points[(points["model"] == model) & (points["system"] == system)]
-    fit_map = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]
-    print(f"{model} on {system}: {(fits['held_out_for'] == '').sum()} of {len(fits)} points fit")
-    print(fit_map.to_string(index=False, float_format="%.1f"))
-    if fits["host_offer_gb"].isna().all():
-        print(f"host RAM unplanned: config/systems/{system}.yaml states no host_memory_gb")
-    if not points.empty:
-        print(choices(points).to_string(index=False))
-    elif (fitting := fits[fits["held_out_for"] == ""]).empty:
-        print("predicted (planner only): no point of the sweep fits this system")
-    else:
-        ddp = fitting[fitting["strategy"] == "ddp"]
-        pick = (fitting if ddp.empty else ddp).sort_values("cards").iloc[0]
-        why = "DDP does not fit at any card count" if ddp.empty else "DDP fits: the paper's rule"
-        print(
-            f"predicted (planner only, nothing measured on {system}): {pick['strategy']} on "
-            f"{pick['cards']} cards, the fewest that fit ({why})"
-        )
-    print(sharding_rule(fits, points).to_string(index=False))
-    machine, own = load_system(system), [p for p in paths if system in p.parts]
-    told = point_forecasts(config, machine, own)
-    holes = held_out(planned)
-    shown = told[~told["point"].map(lambda point: any(point.endswith(h) for h in holes))]
-    if shown.empty:
-        print(f"forecast: no point of the sweep fits {system}")
-        return
-    print(f"forecast per point on {system} (rates: {', '.join(shown['source'].unique())}):")
-    shown = shown.assign(point=shown["point"].str.split("/finetune/").str[-1])
-    print(shown[["point", "hours_per_job", "charge", "unit", "source"]].to_string(index=False))
+    holes = held_out(planned, StudyLayout(config, system))
+    own = [p for p in paths if system in p.parts]
+    return Recommendation(
+        pd.DataFrame(planned), points, point_estimates(config, machine, own, holes)
+    )

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from accelstudy.files import read_json
+from accelstudy.layout import STAGE_RULE, job_name
 from accelstudy.report.pages import NOTES, Section, write_csv
 
-RULE_OF_STAGE = {"quantized": "quantize"}  # else the stage's own name
 JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", "startup_s", "measured_s"]
 
 
@@ -36,10 +36,9 @@ def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFram
         if "end_s" not in times:
             continue  # a point that did not run, or a record from before timelines
         startup = times.get("measured_s", times.get("ready_s", times["end_s"]))
-        rule = RULE_OF_STAGE.get(record["stage"], record["stage"])
-        try:  # results/<study>/<system>/<stage>/<job>.json, as the rules write them
-            inside = path.resolve().relative_to(measured.resolve())
-            job = "/".join(inside.with_suffix("").parts[1:])
+        rule = STAGE_RULE.get(record["stage"], record["stage"])
+        try:  # named as its benchmark is (accelstudy.layout)
+            job = job_name(path.resolve().relative_to(measured.resolve()))
         except ValueError:  # a record from elsewhere: named by its path
             job = str(path.with_suffix(""))
         rows.append([rule, job, startup, times["end_s"] - startup])

@@ -12,9 +12,9 @@ from accelstudy.report.collect import joined
 from accelstudy.report.figures import draw
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, our_numbers, write_csv
+from accelstudy.strategies import labels
 from accelstudy.uncertainty import SPREAD, repeats_interval
 
-STRATEGIES = {"ddp": "DDP", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 ATTENTIONS = ["fused", "eager"]
 HOLES = {  # why a point has no speed
     "does-not-fit": "does not fit",
@@ -23,7 +23,6 @@ HOLES = {  # why a point has no speed
     "trains-differently": "flagged: its losses left DDP's (not timed)",
 }
 KEYS = ["system", "model", "strategy", "attention", "cards"]
-ORDER = {v: i for i, v in enumerate([*STRATEGIES.values(), *ATTENTIONS])}
 # metric columns the tables read; absent from the collected records where no point ran
 PREDICTED = ["predicted_total", "predicted_model_states", "predicted_parameters"]
 METRICS = ["samples_per_s", "final_loss", "peak_memory_bytes", *PREDICTED]
@@ -54,7 +53,8 @@ COLUMNS = {**POINT, **SPEED, **SPENT, **RESULT, **PEAK, **STATES, **RATIO}
 def _rank(column: pd.Series) -> pd.Series:
     """Sort key: strategies and attention settings in the paper's order, others after."""
     named = column.name in ("strategy", "attention")
-    return column.map(lambda v: ORDER.get(v, len(ORDER))) if named else column
+    order = [*labels().values(), *ATTENTIONS]
+    return column.map(lambda v: order.index(v) if v in order else len(order)) if named else column
 
 
 def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
@@ -65,7 +65,7 @@ def finetune_runs(records: pd.DataFrame) -> pd.DataFrame:
         flagged = runs["record"].isin(flagged_records(records))
         runs = runs.assign(status=runs["status"].mask(flagged, "trains-differently"))
     runs = runs.assign(**{f"metric_{m}": runs.get(f"metric_{m}", float("nan")) for m in METRICS})
-    runs = runs.astype({"cards": int}).assign(strategy=runs["strategy"].replace(STRATEGIES))
+    runs = runs.astype({"cards": int}).assign(strategy=runs["strategy"].replace(labels()))
     runs = runs.assign(seconds=WORK / runs["metric_samples_per_s"])
     return runs.sort_values(KEYS, key=_rank, kind="stable").reset_index(drop=True)
 

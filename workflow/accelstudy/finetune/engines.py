@@ -13,6 +13,7 @@ from transformers import Trainer, TrainingArguments
 
 from accelstudy.paths import PROJECT_ROOT
 from accelstudy.points import FinetunePoint
+from accelstudy.strategies import STRATEGIES
 
 ATTENTION = {"fused": "sdpa", "eager": "eager"}
 PARAMETER_KEYS = ("params_trainable", "params_frozen", "params_whole_copies")
@@ -80,7 +81,7 @@ def prepare_state(strategy: str, device_kind: str) -> None:
         from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
 
         adapt_transformers_to_gaudi()
-    if strategy == "zero3" and device_kind == "cpu":
+    if STRATEGIES[strategy].engine == "deepspeed" and device_kind == "cpu":
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         use_own_ninja()
         PartialState(backend="gloo")
@@ -97,7 +98,8 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
     kwargs.update(lr_scheduler_type="constant", optim="adamw_torch")
     if point.checkpoint_steps:
         kwargs.update(save_strategy="steps", save_steps=point.checkpoint_steps, save_total_limit=1)
-    zero3, fsdp, on_cpu = point.strategy == "zero3", point.strategy == "fsdp", device_kind == "cpu"
+    engine, on_cpu = STRATEGIES[point.strategy].engine, device_kind == "cpu"
+    zero3, fsdp = engine == "deepspeed", engine == "fsdp"
     if zero3:
         kwargs["deepspeed"] = deepspeed_config(point)
     if device_kind == "hpu":
@@ -136,7 +138,7 @@ def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwa
         flags.use_fused_rope = False
     gaudi_config = GaudiConfig.from_pretrained(str(GAUDI_CONFIG))
     gaudi = GaudiTrainer(model=model, gaudi_config=gaudi_config, args=args, **kwargs)
-    if point.strategy == "fsdp" and point.method == "lora":
+    if STRATEGIES[point.strategy].engine == "fsdp" and point.method == "lora":
         from peft.utils.other import fsdp_auto_wrap_policy
 
         gaudi.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)

@@ -1,0 +1,140 @@
+"""What the planning commands print (`plan-memory`, `plan-fit`, `plan-time`, `recommend`, from
+the tables the report and the planner compute), and the dry run `plan-time -n` asks of Snakemake."""
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from accelstudy.config import read_config
+from accelstudy.forecast import MARGIN
+from accelstudy.paths import SYSTEMS
+from accelstudy.strategies import REPLICATED, labels
+from accelstudy.systems import load_system
+
+
+def print_memory(
+    model: str, device_kind: str, memory_per_card_gb: float | None, **workload: Any
+) -> None:
+    """`accelstudy plan-memory`: one point's per-card bytes by kind, and whether it fits."""
+    from accelstudy.finetune.planner import plan_point
+
+    plan = plan_point(model, device=device_kind, **workload)
+    for key, value in plan.as_dict().items():
+        print(f"{key:>13s} {value / 2**30:9.2f} GiB")
+    if memory_per_card_gb:
+        verdict = "fits" if plan.fits(memory_per_card_gb) else "does not fit"
+        print(f"{verdict} a {memory_per_card_gb:g} GB card")
+
+
+def print_fit(configfile: Path, system: list[str], every_point: bool) -> None:
+    """`accelstudy plan-fit`: per system (default: all), the points held out for memory."""
+    import pandas as pd
+
+    from accelstudy.finetune.planner import plan_sweep
+    from accelstudy.peak import peak
+
+    config = read_config(configfile)
+    for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
+        machine = load_system(name)
+        rows = pd.DataFrame(plan_sweep(config, machine))
+        held = rows[rows["held_out_for"] != ""]
+        shown = rows if every_point else held
+        print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
+        if not shown.empty:
+            print(shown.drop(columns="system").to_string(index=False, float_format="%.1f"))
+        for dtype in rows["dtype"].dropna().unique():
+            limit = peak(machine, machine.device, dtype, 1, 1)
+            rate = f"{limit['flops_per_s'] / 1e12:g} TFLOP/s, " if "flops_per_s" in limit else ""
+            print(f"  peak per card in {dtype}: {rate}{limit['source']}")
+        if "host_offer_gb" in rows and rows["host_offer_gb"].isna().all():
+            print(f"  host RAM unplanned: config/systems/{name}.yaml states no host_memory_gb")
+
+
+def dry_run_outputs(configfile: Path, system: str) -> set[str]:
+    """The record paths of the jobs Snakemake would run now (its dry run: only stale jobs)."""
+    command = [sys.executable, "-m", "snakemake", "--configfile", str(configfile), "--config",
+               f"system={system}", "--dry-run", "--cores", "1"]  # fmt: skip
+    ran = subprocess.run(command, capture_output=True, text=True, cwd=Path.cwd(), check=False)
+    if ran.returncode:
+        raise SystemExit(f"snakemake --dry-run failed:\n{ran.stderr[-2000:]}")
+    lines = [line.strip() for line in ran.stdout.splitlines()]
+    return {part.strip() for line in lines if line.startswith("output:") for part in
+            line.removeprefix("output:").split(",")}  # fmt: skip
+
+
+def print_time(configfile: Path, system: list[str], budget: float | None, dry_run: bool) -> None:
+    """`accelstudy plan-time`: per system, each point's time and charge, with the source of its
+    rate; the totals; what exceeds the wall-time limit or the allocation (`budget`)."""
+    from accelstudy.report.estimates import sr3_judged, time_table
+
+    config = read_config(configfile)
+    for name in system or [config["system"]]:
+        only = dry_run_outputs(configfile, name) if dry_run else None
+        table, holes = time_table(config, name, only)
+        shown = "per job of Snakemake's plan" if dry_run else "per point (repeats summed)"
+        print(f"{name}: {shown}; {holes} jobs held out for memory (each records its hole)")
+        if table.empty:
+            print("  nothing to run")
+            continue
+        print(table.drop(columns=["system", "basis"]).to_string(index=False, float_format="%.3g"))
+        unit, total = table["unit"].iloc[0], table[["node_hours", "charge", "energy_kwh"]].sum()
+        energy = f", {total['energy_kwh']:.4g} kWh at full power" if total["energy_kwh"] else ""
+        print(f"total: {total['node_hours']:.4g} node-hours, {total['charge']:.4g} {unit}{energy}")
+        if table["over_walltime"].any():
+            walltime = load_system(name).walltime or {}
+            print(f"over the partition's {walltime['max_minutes']} minutes ({walltime['doc']}):")
+            print(table[table["over_walltime"]][["rule", "point"]].to_string(index=False))
+        if budget is not None:
+            left = budget - total["charge"]
+            verdict = "fits in it" if left >= 0 else f"exceeds it by {-left:.4g}"
+            print(f"allocation {budget:g} {unit}: the study {verdict}; the costliest points:")
+            costly = table.sort_values("charge", ascending=False).head(5)
+            print(costly[["rule", "point", "charge"]].to_string(index=False))
+        if (unknown := table[table["source"] == "unknown"]).shape[0]:
+            print(f"no forecast for {int(unknown['jobs'].sum())} jobs (not in the totals): "
+                  f"{unknown['basis'].iloc[0]}")  # fmt: skip
+        for source, basis in table.groupby("source")["basis"].first().items():
+            print(f"  {source}, e.g.: {basis}")
+        print(f"  SLURM time limits: the forecast x {MARGIN} x the attempt, within the limit")
+    print("The assumed rates judged against the published SR3 minutes (never fitted to them):")
+    judged_sr3 = sr3_judged()
+    told = judged_sr3.dropna(subset=["forecast_min"])
+    print(told.to_string(index=False))
+    if len(told) < len(judged_sr3):
+        missing = sorted(set(judged_sr3["device"]) - set(told["device"]))
+        print(f"  not forecast (no float32 peak in their system files): {', '.join(missing)}")
+
+
+def print_recommendation(model: str, system: str, configfile: Path, results: list[Path]) -> None:
+    """`accelstudy recommend`: the fit map, the choices (measured, else predicted), the rule,
+    each fitting point's forecast."""
+    from accelstudy.report.recommend import choices, recommendation, sharding_rule
+
+    answer = recommendation(model, system, configfile, results)
+    fits, points, told = answer.fits, answer.points, answer.estimates
+    fit_map = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]
+    print(f"{model} on {system}: {(fits['held_out_for'] == '').sum()} of {len(fits)} points fit")
+    print(fit_map.to_string(index=False, float_format="%.1f"))
+    if fits["host_offer_gb"].isna().all():
+        print(f"host RAM unplanned: config/systems/{system}.yaml states no host_memory_gb")
+    if not points.empty:
+        print(choices(points).to_string(index=False))
+    elif (fitting := fits[fits["held_out_for"] == ""]).empty:
+        print("predicted (planner only): no point of the sweep fits this system")
+    else:
+        replicated = fitting[fitting["strategy"] == REPLICATED]
+        pick = (fitting if replicated.empty else replicated).sort_values("cards").iloc[0]
+        label = labels()[REPLICATED]
+        why = f"{label} does not fit at any card count" if replicated.empty else f"{label} fits"
+        why += "" if replicated.empty else ": the paper's rule"
+        print(
+            f"predicted (planner only, nothing measured on {system}): {pick['strategy']} on "
+            f"{pick['cards']} cards, the fewest that fit ({why})"
+        )
+    print(sharding_rule(fits, points).to_string(index=False))
+    if told.empty:
+        print(f"forecast: no point of the sweep fits {system}")
+        return
+    print(f"forecast per point on {system} (rates: {', '.join(told['source'].unique())}):")
+    print(told[["point", "hours_per_job", "charge", "unit", "source"]].to_string(index=False))

@@ -1,0 +1,122 @@
+"""Where each job of a study writes, written once. The rules name their outputs, logs and
+benchmarks from these templates; the rules' `all`, the forecast, `plan-time` and the report
+enumerate a study's jobs from the one table `planned_jobs` builds from them."""
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from accelstudy import points
+from accelstudy.paths import SYSTEMS
+
+# A rule's output (a rule with several: "rule.name"), under "{results}" (results/<study>,
+# shared by the systems) or "{measured}" (results/<study>/<system>: the measuring rules')
+OUTPUTS = {
+    "prepare_model": "{results}/models/{model}",
+    "prepare_data": "{results}/data/{task}/{split}.jsonl",
+    "prepare_instructions": "{results}/data/instructions/train.jsonl",
+    "prepare_dust": "{results}/data/dust/pairs.npz",
+    "prepare_dust.card": "{results}/data/dust/card.json",
+    "baseline": "{measured}/baseline/{model}/{task}/{protocol}.json",
+    "sensitivity": "{results}/ptq/{model}/{task}/sensitivity/{granularity}/chunk-{chunk}.json",
+    "gather_sensitivity": "{results}/ptq/{model}/{task}/sensitivity/{granularity}.csv",
+    "cluster": "{results}/ptq/{model}/{task}/{granularity}/bits-{bits}/assignment.json",
+    "quantize": "{measured}/ptq/{model}/{task}/{granularity}/bits-{bits}/{recipe}.json",
+    "finetune": "{measured}/finetune/{model}/{strategy}/{attention}/cards-{cards}/repeat-{repeat}"
+    ".json",
+    "diffusion": "{measured}/diffusion/devices-{devices}/repeat-{repeat}.json",
+    "report": "{results}/report/index.html",
+}
+BESIDE = {"items": ".items.parquet", "samples": ".samples.npz", "source": ".source.json"}
+STAGE_RULE = {"quantized": "quantize"}  # a record's stage -> the rule that writes it (else its own)
+MEASURING = ("baseline", "quantize", "finetune", "diffusion")  # a record per job, per system
+MEASURING_FOLDERS = tuple(OUTPUTS[rule].split("/")[1] for rule in MEASURING)
+
+
+def beside(path: str | Path, what: str) -> str:
+    """A file written beside an output: its per-item results, image samples or data source."""
+    return str(Path(path).with_suffix(BESIDE[what]))
+
+
+def job_name(inside: str | Path) -> str:
+    """A job's name in its log's and benchmark's path: its output below its root, less the
+    first folder ("baseline/m/t/paper.json" -> "m/t/paper")."""
+    parts = Path(inside).with_suffix("").parts
+    return "/".join(parts[1:]) or parts[0]
+
+
+class PlannedJob(NamedTuple):
+    rule: str
+    wildcards: dict[str, Any]
+    path: str
+
+
+class StudyLayout:
+    """A study's paths on one system: each rule's template with its roots filled in."""
+
+    def __init__(self, config: Mapping[str, Any], system: str) -> None:
+        self.config = config
+        self.results = f"{config['results_dir']}/{config['study']}"
+        # one root per system, so that a study run on another system never re-runs (and so
+        # deletes) this one's records
+        self.measured = f"{self.results}/{system}"
+
+    def template(self, rule: str) -> str:
+        """The rule's output with its wildcards left as {name} (Snakemake's)."""
+        return OUTPUTS[rule].format_map(_Kept(results=self.results, measured=self.measured))
+
+    def path(self, rule: str, **wildcards: Any) -> str:
+        return self.template(rule).format(**wildcards)
+
+    def side(self, kind: str, rule: str) -> str:
+        """The rule's log ("logs") or benchmark ("benchmarks") file, as Snakemake's template."""
+        root = self.measured if OUTPUTS[rule].startswith("{measured}") else self.results
+        suffix = {"logs": ".log", "benchmarks": ".tsv"}[kind]
+        return f"{root}/{kind}/{rule}/{job_name(OUTPUTS[rule].split('/', 1)[1])}{suffix}"
+
+    def jobs(self) -> Iterator[PlannedJob]:
+        """Every job of the study that writes a record or feeds the report, in config order."""
+        config, ptq = self.config, self.config["ptq"]
+        evaluated = [m for m in sorted(config["models"]) if config["models"][m]["evaluate"]]
+        for model in evaluated:
+            for task in sorted(config["tasks"]):
+                for protocol in config["tasks"][task]["protocols"]:
+                    yield self._job("baseline", model=model, task=task, protocol=protocol)
+        for model in evaluated if ptq["enabled"] else []:
+            for task in ptq.get("tasks", []):
+                run = {"model": model, "task": task, "granularity": ptq["granularity"]}
+                for chunk in range(ptq["chunks"]):
+                    yield self._job("sensitivity", **run, chunk=chunk)
+                yield self._job("gather_sensitivity", **run)
+                for bits in map(points.bits_path, ptq["bit_lists"]):
+                    yield self._job("cluster", **run, bits=bits)
+                    for recipe in ptq["recipes"]:
+                        yield self._job("quantize", **run, bits=bits, recipe=recipe)
+        for cell in points.finetune_cells(config):
+            yield self._job("finetune", **cell._asdict())
+        for devices, repeat in points.diffusion_cells(config):
+            yield self._job("diffusion", devices=devices, repeat=repeat)
+
+    def _job(self, rule: str, **wildcards: Any) -> PlannedJob:
+        return PlannedJob(rule, wildcards, self.path(rule, **wildcards))
+
+    def paths(self, *rules: str) -> list[str]:
+        return [job.path for job in self.jobs() if job.rule in rules]
+
+
+class _Kept(dict):
+    """format_map's fallback: a wildcard stays {name} for Snakemake."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def system_folders(study: Path) -> list[Path]:
+    """The results/<study>/<system>/ folders: those named after a config/systems file."""
+    return sorted(d for d in study.glob("*/") if (SYSTEMS / f"{d.name}.yaml").is_file())
+
+
+def record_files(root: Path, folders: tuple[str, ...] = MEASURING_FOLDERS) -> list[Path]:
+    """The JSON files under a system folder's measuring folders, not a fine-tuning checkpoint's."""
+    found = [p for folder in folders for p in (root / folder).rglob("*.json")]
+    return sorted(p for p in found if not any(d.endswith(".checkpoints") for d in p.parts))

@@ -1,0 +1,42 @@
+"""The fine-tuning strategies (the config schema's `finetune.strategies`, filled in from here):
+what each one is, for the trainer set-up, the launcher, the memory planner, the study's checks
+and the report, so that no module branches on a strategy's name."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    label: str  # as the paper's Fig. 2 and the report name it
+    engine: str  # what wraps the model: "ddp", "fsdp" (torch, through accelerate), "deepspeed"
+    shards: bool  # weights, gradients and optimizer states split over the cards
+    trainable_bytes: int | None = None  # per trainable weight and gradient; None: the run's dtype
+    optimizer_bytes: int | None = None  # per trainable element; None: Adam's 2 x trainable_bytes
+    whole_below_threshold: bool = False  # tensors under the persistence threshold stay whole
+    flat_optimizer: bool = False  # the optimizer steps one flat group, not a tensor at a time
+    loads: str = "every rank"  # who reads the weights: "every rank", "rank 0", "its partition"
+    hpu_compile: bool = False  # Gaudi runs it only under torch.compile
+
+
+STRATEGIES: dict[str, Strategy] = {
+    strategy.name: strategy
+    for strategy in (
+        Strategy("ddp", "DDP", "ddp", shards=False),  # replicated: the paper's reference
+        # DeepSpeed's FP32 master partitions and Adam's moments (4 + 8 bytes), one flat group
+        Strategy("zero3", "ZeRO-3", "deepspeed", shards=True, optimizer_bytes=12,
+                 whole_below_threshold=True, flat_optimizer=True, loads="its partition"),
+        # accelerate's mixed precision upcasts the trainable shards to FP32; rank 0 alone loads
+        # (RAM-efficient loading; every rank on Gaudi), and Gaudi needs torch.compile for it
+        Strategy("fsdp", "FSDP", "fsdp", shards=True, trainable_bytes=4, loads="rank 0",
+                 hpu_compile=True),
+    )
+}  # fmt: skip
+
+
+def labels() -> dict[str, str]:
+    """Each strategy's label, in the registry's order (the report's)."""
+    return {name: strategy.label for name, strategy in STRATEGIES.items()}
+
+
+REPLICATED = next(s.name for s in STRATEGIES.values() if not s.shards)  # what others are held to
