@@ -1,7 +1,8 @@
-"""Where each job of a study writes, written once. The rules name their outputs, logs and
-benchmarks from these templates; the rules' `all`, the forecast, `plan-time` and the report
-enumerate a study's jobs from the one table `planned_jobs` builds from them."""
+"""Where each job of a study writes, written once: the rules name their outputs, logs and
+benchmarks from these templates, and the forecast, `plan-time` and the report list a study's
+jobs (`StudyLayout.jobs`) and read a path's wildcards back from the same templates."""
 
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -9,8 +10,9 @@ from typing import Any, NamedTuple
 from accelstudy import points
 from accelstudy.paths import SYSTEMS
 
-# A rule's output (a rule with several: "rule.name"), under "{results}" (results/<study>,
-# shared by the systems) or "{measured}" (results/<study>/<system>: the measuring rules')
+# A rule's output ("rule.name": another of its outputs) under "{results}" (results/<study>, shared
+# by the systems) or "{measured}" (results/<study>/<system>: a study run on another system never
+# re-runs, and so deletes, this one's records)
 OUTPUTS = {
     "prepare_model": "{results}/models/{model}",
     "prepare_data": "{results}/data/{task}/{split}.jsonl",
@@ -22,11 +24,10 @@ OUTPUTS = {
     "gather_sensitivity": "{results}/ptq/{model}/{task}/sensitivity/{granularity}.csv",
     "cluster": "{results}/ptq/{model}/{task}/{granularity}/bits-{bits}/assignment.json",
     "quantize": "{measured}/ptq/{model}/{task}/{granularity}/bits-{bits}/{recipe}.json",
-    "finetune": "{measured}/finetune/{model}/{strategy}/{attention}/cards-{cards}/repeat-{repeat}"
-    ".json",
+    "finetune": "{measured}/finetune/{model}/{strategy}/{attention}/cards-{cards}/repeat-{repeat}.json",  # noqa: E501
     "diffusion": "{measured}/diffusion/devices-{devices}/repeat-{repeat}.json",
     "report": "{results}/report/index.html",
-}
+}  # fmt: skip
 BESIDE = {"items": ".items.parquet", "samples": ".samples.npz", "source": ".source.json"}
 STAGE_RULE = {"quantized": "quantize"}  # a record's stage -> the rule that writes it (else its own)
 MEASURING = ("baseline", "quantize", "finetune", "diffusion")  # a record per job, per system
@@ -39,10 +40,19 @@ def beside(path: str | Path, what: str) -> str:
 
 
 def job_name(inside: str | Path) -> str:
-    """A job's name in its log's and benchmark's path: its output below its root, less the
-    first folder ("baseline/m/t/paper.json" -> "m/t/paper")."""
+    """A job's name in its log's and benchmark's path: its output below its root, less the first
+    folder ("baseline/m/t/paper.json" -> "m/t/paper")."""
     parts = Path(inside).with_suffix("").parts
     return "/".join(parts[1:]) or parts[0]
+
+
+def wildcards_of(rule: str, path: str | Path) -> dict[str, str]:
+    """The wildcards of one of the rule's outputs: its template read backwards."""
+    tail = re.escape(OUTPUTS[rule].split("/", 1)[1])
+    found = re.search(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", tail) + "$", str(path))
+    if found is None:
+        raise ValueError(f"{path} is not a {rule} output ({OUTPUTS[rule]})")
+    return found.groupdict()
 
 
 class PlannedJob(NamedTuple):
@@ -55,24 +65,26 @@ class StudyLayout:
     """A study's paths on one system: each rule's template with its roots filled in."""
 
     def __init__(self, config: Mapping[str, Any], system: str) -> None:
-        self.config = config
-        self.results = f"{config['results_dir']}/{config['study']}"
-        # one root per system, so that a study run on another system never re-runs (and so
-        # deletes) this one's records
+        self.config, self.results = config, f"{config['results_dir']}/{config['study']}"
         self.measured = f"{self.results}/{system}"
 
-    def template(self, rule: str) -> str:
-        """The rule's output with its wildcards left as {name} (Snakemake's)."""
-        return OUTPUTS[rule].format_map(_Kept(results=self.results, measured=self.measured))
+    def output(self, rule: str) -> str:
+        """The rule's output, its wildcards left as Snakemake's {name}."""
+        roots = {"results": self.results, "measured": self.measured}
+        return re.sub(r"\{(results|measured)\}", lambda m: roots[m[1]], OUTPUTS[rule])
 
     def path(self, rule: str, **wildcards: Any) -> str:
-        return self.template(rule).format(**wildcards)
+        return self.output(rule).format(**wildcards)
 
-    def side(self, kind: str, rule: str) -> str:
-        """The rule's log ("logs") or benchmark ("benchmarks") file, as Snakemake's template."""
+    def beside(self, rule: str, what: str) -> str:
+        return beside(self.output(rule), what)
+
+    def log(self, rule: str, kind: str = "logs", suffix: str = ".log") -> str:
         root = self.measured if OUTPUTS[rule].startswith("{measured}") else self.results
-        suffix = {"logs": ".log", "benchmarks": ".tsv"}[kind]
         return f"{root}/{kind}/{rule}/{job_name(OUTPUTS[rule].split('/', 1)[1])}{suffix}"
+
+    def benchmark(self, rule: str) -> str:
+        return self.log(rule, "benchmarks", ".tsv")
 
     def jobs(self) -> Iterator[PlannedJob]:
         """Every job of the study that writes a record or feeds the report, in config order."""
@@ -102,13 +114,6 @@ class StudyLayout:
 
     def paths(self, *rules: str) -> list[str]:
         return [job.path for job in self.jobs() if job.rule in rules]
-
-
-class _Kept(dict):
-    """format_map's fallback: a wildcard stays {name} for Snakemake."""
-
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
 
 
 def system_folders(study: Path) -> list[Path]:

@@ -17,30 +17,17 @@ from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
 
-class StudyTargets:
-    """One validated study config on one system. Methods taking `w` are Snakemake input or
-    params functions (w: the job's wildcards)."""
+class StudyTargets(StudyLayout):
+    """One validated study config on one system: its layout, and the lookups its rules make.
+    Methods taking `w` are Snakemake input or params functions (w: the job's wildcards)."""
 
     def __init__(self, config: Mapping[str, Any], system: System) -> None:
-        self.config, self.system = config, system
-        self.layout = StudyLayout(config, system.name)
-        self.results, self.measured = self.layout.results, self.layout.measured
+        super().__init__(config, system.name)
+        self.system = system
         self.models = sorted(config["models"])
         self.tasks = sorted(config["tasks"])
         self.ptq = config["ptq"]
         self.ptq_tasks = self.ptq.get("tasks", []) if self.ptq["enabled"] else []
-
-    def output(self, rule: str) -> str:
-        return self.layout.template(rule)
-
-    def beside(self, rule: str, what: str) -> str:
-        return beside(self.layout.template(rule), what)
-
-    def log(self, rule: str) -> str:
-        return self.layout.side("logs", rule)
-
-    def benchmark(self, rule: str) -> str:
-        return self.layout.side("benchmarks", rule)
 
     def constraints(self) -> dict[str, str]:
         """Wildcard constraints: the schema's allowed values, the config's names."""
@@ -56,10 +43,10 @@ class StudyTargets:
 
     # the report's inputs ---------------------------------------------------------------------
     def records(self) -> list[str]:
-        return self.layout.paths(*MEASURING)
+        return self.paths(*MEASURING)
 
     def diffusion_samples(self) -> list[str]:
-        return [beside(path, "samples") for path in self.layout.paths("diffusion")]
+        return [beside(path, "samples") for path in self.paths("diffusion")]
 
     def other_systems_records(self) -> list[str]:
         """Records another system's run of this study left, which the report lists too."""
@@ -110,12 +97,12 @@ class StudyTargets:
         return files
 
     def eval_split_file(self, w: Any) -> str:
-        return self.layout.path("prepare_data", task=w.task, split=self.task(w)["eval_split"])
+        return self.path("prepare_data", task=w.task, split=self.task(w)["eval_split"])
 
     def calibration_file(self, w: Any) -> str:
         """Calibration data as the paper's: WikiText validation, HellaSwag/BoolQ train."""
         split = TASKS[w.task].calibration_split
-        return self.layout.path("prepare_data", task=w.task, split=split)
+        return self.path("prepare_data", task=w.task, split=split)
 
     def eval_settings(self, w: Any) -> str:
         settings = relevant_settings(w.task, w.protocol, self.config["evaluation"])
@@ -134,7 +121,7 @@ class StudyTargets:
 
     def sensitivity_chunks(self, w: Any) -> list[str]:
         run = {"model": w.model, "task": w.task, "granularity": w.granularity}
-        return [self.layout.path("sensitivity", **run, chunk=i) for i in range(self.ptq["chunks"])]
+        return [self.path("sensitivity", **run, chunk=i) for i in range(self.ptq["chunks"])]
 
     def fp8_flags(self, w: Any) -> str:
         """The fp8 recipe's own options (other recipes take none: a change re-runs only fp8)."""
@@ -145,7 +132,7 @@ class StudyTargets:
 
     def finetune_point_json(self, w: Any) -> str:
         """The point as the worker reads it: only the finetune keys a point depends on."""
-        data_file = self.layout.path("prepare_instructions")
+        data_file = self.path("prepare_instructions")
         return points.finetune_point(self.config, w, data_file).to_json()
 
     def diffusion_point_json(self, w: Any) -> str:

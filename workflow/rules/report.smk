@@ -4,8 +4,8 @@ rule report:
         records=STUDY.records(),
         other_systems=STUDY.other_systems_records(),
         samples=STUDY.diffusion_samples(),
-        sensitivity=STUDY.layout.paths("gather_sensitivity"),
-        assignments=STUDY.layout.paths("cluster"),
+        sensitivity=STUDY.paths("gather_sensitivity"),
+        assignments=STUDY.paths("cluster"),
     output:
         **{name: captioned(name) for name in OUTPUTS},
         html=STUDY.output("report"),

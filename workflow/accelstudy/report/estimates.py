@@ -124,10 +124,7 @@ def point_estimates(
     jobs held out (`holes`)."""
     study = StudyEstimates(config, system, seen=seen_in(records))
     jobs = pd.DataFrame(rows([f for f in study.all() if f.work.rule == "finetune"], system))
-    jobs = jobs[~jobs["job"].isin(holes)] if not jobs.empty else jobs
-    root = f"{study.layout.measured}/finetune/"
-    return (
-        by_point(jobs.assign(point=jobs["point"].str.removeprefix(root)))
-        if not jobs.empty
-        else jobs
-    )
+    if jobs.empty:
+        return jobs
+    point = jobs["point"].str.removeprefix(f"{study.layout.measured}/finetune/")
+    return by_point(jobs.assign(point=point)[~jobs["job"].isin(holes)])

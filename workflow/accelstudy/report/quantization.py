@@ -10,6 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from accelstudy.files import read_json
+from accelstudy.layout import wildcards_of
 from accelstudy.paths import RESOURCES
 from accelstudy.points import bits_label
 from accelstudy.recipes import RECIPES
@@ -68,11 +69,11 @@ def collect_sensitivity(
     """Sensitivity tables with the bits each bit list assigned (model, task from the paths)."""
     specs: dict[tuple[str, str], list[dict]] = {}
     for path in map(Path, assignments):
-        key = (path.parents[3].name, path.parents[2].name)
-        specs.setdefault(key, []).append(read_json(path))
+        run = wildcards_of("cluster", path)
+        specs.setdefault((run["model"], run["task"]), []).append(read_json(path))
     frames = []
     for path in map(Path, tables):
-        model, task = path.parents[2].name, path.parents[1].name
+        model, task = map(wildcards_of("gather_sensitivity", path).get, ("model", "task"))
         found = {bits_label(s["bits"]): s for s in specs.get((model, task), [])}
         order = bit_order(found)
         frame = pd.read_csv(path).assign(model=model, bit_lists=" / ".join(order))
