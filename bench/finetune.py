@@ -22,6 +22,7 @@ from accelstudy.finetune.job import WORKER
 from accelstudy.finetune.planner import plan_card
 from accelstudy.models import load_model_config, save_prepared
 from accelstudy.points import FinetunePoint, Lora
+from accelstudy.strategies import STRATEGIES
 from accelstudy.systems import load_system
 from common import load_model, parse_args
 
@@ -56,7 +57,7 @@ def main() -> int:
         model_dir = Path(scratch) / "model"
         save_prepared(*load_model(args.tiny), model_dir)
         config = load_model_config(model_dir)
-        results = {s: run(s, model_dir, args.tiny, args.threads) for s in ("ddp", "zero3", "fsdp")}
+        results = {s: run(s, model_dir, args.tiny, args.threads) for s in STRATEGIES}
     base = results["ddp"][0]["metrics"]["tokens_per_s"]
     for strategy, (result, spec) in results.items():
         metrics = result["metrics"]

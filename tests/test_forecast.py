@@ -182,7 +182,7 @@ def test_a_bad_forecast_key_of_a_system_file_is_named(key, value):
         check_system(spec | {key: value}, "config/systems/perlmutter.yaml: key")
 
 
-def test_plan_forecast_prints_the_papers_cost_on_perlmutter(capsys):
+def test_plan_time_prints_the_papers_cost_on_perlmutter(capsys):
     code = main(["plan-time", "--configfile", "config/paper.yaml", "--system",
                  "perlmutter", "--budget", "10"])  # fmt: skip
     out = capsys.readouterr().out
@@ -205,7 +205,7 @@ def test_the_default_study_forecasts_itself_offline():
     }  # fmt: skip
 
 
-def test_plan_forecast_n_lists_the_jobs_snakemake_would_run(tmp_path, capsys):
+def test_plan_time_n_lists_the_jobs_snakemake_would_run(tmp_path, capsys):
     """-n: one row per job of Snakemake's own dry run (a fresh results folder: every job)."""
     study = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     study |= {"results_dir": str(tmp_path / "results")}

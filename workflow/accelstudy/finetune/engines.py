@@ -99,8 +99,8 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
     if point.checkpoint_steps:
         kwargs.update(save_strategy="steps", save_steps=point.checkpoint_steps, save_total_limit=1)
     engine, on_cpu = STRATEGIES[point.strategy].engine, device_kind == "cpu"
-    zero3, fsdp = engine == "deepspeed", engine == "fsdp"
-    if zero3:
+    deepspeed, fsdp = engine == "deepspeed", engine == "fsdp"
+    if deepspeed:
         kwargs["deepspeed"] = deepspeed_config(point)
     if device_kind == "hpu":
         from optimum.habana import GaudiTrainingArguments
@@ -116,9 +116,9 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
             kwargs.update(fsdp="full_shard auto_wrap", fsdp_config=gaudi_fsdp)
         return GaudiTrainingArguments(**kwargs)
     kwargs["use_cpu"] = on_cpu
-    if zero3 and on_cpu:  # reuse prepare_state's DeepSpeed-on-gloo state
+    if deepspeed and on_cpu:  # reuse prepare_state's DeepSpeed-on-gloo state
         kwargs["accelerator_config"] = {"use_configured_state": True}
-    if not zero3:
+    if not deepspeed:
         kwargs.update(ddp_backend="gloo" if on_cpu else None, ddp_find_unused_parameters=False)
     if fsdp:
         kwargs.update(fsdp=True, fsdp_config={**FSDP2, "transformer_layer_cls_to_wrap": layers})
