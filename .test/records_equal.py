@@ -2,8 +2,9 @@
 tables) of two results/<study> folders field by field, leaving out what legitimately differs
 between runs: timings (`*_s`, `*_per_s`), memory (`*memory*`, `*rss*`), `provenance.*`, and what
 follows from timings: the fraction of peak (`mfu`, `achieved_*`, and `dtype_reason`, which
-quotes the CPU probe's rates), the charge (`cost.hours`, `cost.units`, `cost_*`) and the
-`time_*.csv` tables.
+quotes the CPU probe's rates), the charge (`cost.hours`, `cost.units`, `cost_*`, a table's
+`charge ...`) and the `time_*.csv` and `forecast_*.csv` tables (the forecast of each job from
+the others' measured rates).
 
     python .test/records_equal.py results-before/tiny results-after/tiny
 
@@ -24,7 +25,7 @@ import pandas as pd
 # tables (column headings)
 VOLATILE = re.compile(
     r"_s$|_per_s|/s|time|memory|MiB|GiB|speed-up|efficiency|peak|minutes|provenance|git_commit"
-    r"|config_hash|_at$|host|rss|mfu|MFU|achieved|dtype_reason|^hours$|^units$|^cost_"
+    r"|config_hash|_at$|host|rss|mfu|MFU|achieved|dtype_reason|^hours$|^units$|^cost_|charge"
 )
 
 
@@ -66,7 +67,7 @@ def records(root: Path) -> dict[str, dict]:
 def tables(root: Path) -> dict[str, pd.DataFrame]:
     out = {}
     for path in sorted((root / "tables").glob("*.csv")):
-        if path.name.startswith("time_"):  # where the time went: all timings
+        if path.name.startswith(("time_", "forecast_")):  # all timings (forecasts: rates)
             continue
         frame = pd.read_csv(path)
         keep = [c for c in frame.columns if not VOLATILE.search(str(c))]

@@ -388,7 +388,7 @@ def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):
     deadline = time.monotonic() + 300
     # wait until one evaluation has finished and the next one is running
     while time.monotonic() < deadline and run.poll() is None:
-        if len(list(baseline.rglob("*.json"))) == 1 and len(list(logs.glob("*.log"))) == 2:
+        if len(list(baseline.rglob("*.json"))) == 1 and len(list(logs.rglob("*.log"))) == 2:
             break
         time.sleep(0.05)
     assert run.poll() is None, "the run ended before it could be killed"
