@@ -30,11 +30,12 @@ def _check_config(configfile: Path) -> None:
 
 
 def _where_report(configfile: Path) -> None:
+    from accelstudy.layout import StudyLayout
     from accelstudy.study import load_study
 
     config = load_study(configfile)
-    root = Path(config["results_dir"]) / config["study"] / "report"
-    print(f"Report: {root / 'index.html'} (Markdown: {root / 'report.md'})")
+    index = Path(StudyLayout(config, config["system"]).path("report"))
+    print(f"Report: {index} (Markdown: {index.with_name('report.md')})")
 
 
 def _run_snakemake(argv: list[str]) -> None:

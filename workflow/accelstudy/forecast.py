@@ -38,8 +38,9 @@ UNKNOWN_MINUTES = 24 * 60  # no forecast (no FLOP count): the partition's limit,
 FAMILY = {"finetune": "finetune", "diffusion": "diffusion", "baseline": "evaluate"}
 FAMILY |= {"quantize": "evaluate", "sensitivity": "evaluate"}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-COUNTED = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}
-COUNTED |= {"vocab_size"}  # the config keys accelstudy.flops counts a decoder from
+# the config keys accelstudy.flops counts a decoder from, each by tiny_random_llama's name for it
+COUNTED = {"hidden_size": "hidden", "intermediate_size": "intermediate", "vocab_size": "vocab"}
+COUNTED |= {"num_hidden_layers": "layers", "num_attention_heads": "heads"}
 
 
 @dataclass(frozen=True)
@@ -108,20 +109,13 @@ def decoder_sizes(config: Mapping[str, Any], model: str) -> dict[str, Any] | Non
     if spec.get("source") == "tiny-random":  # tiny_random_llama's sizes, as the spec sets them
         defaults = inspect.signature(models.tiny_random_llama).parameters.items()
         tiny = {name: p.default for name, p in defaults} | spec.get("tiny", {})
-        named = {
-            "hidden_size": "hidden",
-            "intermediate_size": "intermediate",
-            "vocab_size": "vocab",
-        }
-        named |= {"num_hidden_layers": "layers", "num_attention_heads": "heads"}
-        return {name: tiny[key] for name, key in named.items()} | {
-            "num_key_value_heads": tiny["kv_heads"]
-        }
+        sizes = {name: tiny[key] for name, key in COUNTED.items()}
+        return sizes | {"num_key_value_heads": tiny["kv_heads"]}
     prepared = weights_dir(Path(config["results_dir"], config["study"], "models", model))
     for folder in (RESOURCES / "models" / model, prepared):
         if (folder / "config.json").is_file():
             found = json.loads((folder / "config.json").read_text())
-            return found if set(found) >= COUNTED else None  # a decoder flops.py can count
+            return found if set(found) >= set(COUNTED) else None  # a decoder flops.py can count
     return None
 
 
@@ -148,10 +142,9 @@ def sr3_flops(model: Mapping[str, Any], hr_size: int) -> float | None:
     """A training step's FLOPs per image for this SR3 shape, as torch counted them."""
     shape = [str(model["inner_channels"]), "-".join(map(str, model["channel_multipliers"]))]
     shape += ["-".join(map(str, model["attention_resolutions"])), str(model["res_blocks"])]
+    keys = ("inner_channels", "channel_multipliers", "attention_resolutions", "res_blocks")
     for row in _csv("sr3_flops.csv"):
-        listed = [row[k] for k in ("inner_channels", "channel_multipliers")]
-        listed += [row["attention_resolutions"], row["res_blocks"]]
-        if listed == shape and int(row["hr_size"]) == hr_size:
+        if [row[k] for k in keys] == shape and int(row["hr_size"]) == hr_size:
             return float(row["flops_per_image"])
     return None
 
@@ -189,23 +182,6 @@ def point_work(
     return Work(rule, output, model, kind, cards, dtype, timed, warm_flops, load_bytes)
 
 
-def _finetune(w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
-    point, model = points.finetune_point(config, w, data_file=""), decoder_sizes(config, w.model)
-    dtype = _dtype(point.dtype, system)
-    if model is None:
-        return point_work(point, output, w.model, dtype, None)
-    lora = (point.lora.rank, point.lora.targets) if point.method == "lora" else (0, ())
-    per_token = flops.training_per_token(model, point.max_seq_length, *lora)
-    loads = parameters(model) * DTYPE_BYTES.get(dtype, 4)
-    return point_work(point, output, w.model, dtype, per_token, loads)
-
-
-def _diffusion(w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
-    sr3 = points.diffusion_point(config, w)
-    per_image = sr3_flops(sr3.model, config["diffusion"]["data"]["hr_size"])
-    return point_work(sr3, output, "sr3", _dtype(sr3.dtype, system), per_image)
-
-
 def _evaluation(rule: str, w: Any, output: str, config: Mapping[str, Any]) -> Work:
     """A baseline or quantized evaluation over its split, or a sensitivity chunk: every target
     of the chunk pruned in turn, and the unpruned model, each over the calibration data."""
@@ -233,11 +209,20 @@ def scan_passes(ptq: Mapping[str, Any], w: Any, layers: int) -> int:
 
 def work_of(rule: str, w: Any, output: str, config: Mapping[str, Any], system: System) -> Work:
     """The job of `rule` with wildcards `w` (a Snakemake job's, or one the plan builds)."""
-    if rule == "finetune":
-        return _finetune(w, output, config, system)
     if rule == "diffusion":
-        return _diffusion(w, output, config, system)
-    return _evaluation(rule, w, output, config)
+        sr3 = points.diffusion_point(config, w)
+        per_image = sr3_flops(sr3.model, config["diffusion"]["data"]["hr_size"])
+        return point_work(sr3, output, "sr3", _dtype(sr3.dtype, system), per_image)
+    if rule != "finetune":
+        return _evaluation(rule, w, output, config)
+    point, model = points.finetune_point(config, w, data_file=""), decoder_sizes(config, w.model)
+    dtype = _dtype(point.dtype, system)
+    if model is None:
+        return point_work(point, output, w.model, dtype, None)
+    lora = (point.lora.rank, point.lora.targets) if point.method == "lora" else (0, ())
+    per_token = flops.training_per_token(model, point.max_seq_length, *lora)
+    loads = parameters(model) * DTYPE_BYTES.get(dtype, 4)
+    return point_work(point, output, w.model, dtype, per_token, loads)
 
 
 # this system's records ------------------------------------------------------------------------
@@ -282,19 +267,16 @@ def seen_in(paths: Iterable[str | Path]) -> list[Seen]:
         ready = times.get("ready_s", 0.0)
         measured, done = times.get("measured_s", ready), times.get("done_s", times["end_s"])
         if work.timed_flops and done > measured:
-            rate = work.timed_flops / (done - measured)
             phases = (ready, measured - ready, times["end_s"] - done, times["end_s"])
-            seen.append(Seen(work, rate, *phases))
+            seen.append(Seen(work, work.timed_flops / (done - measured), *phases))
     return seen
 
 
 # the rate, start-up and warm-up of a job ------------------------------------------------------
 def _assumption(system: System, work: Work) -> dict[str, str] | None:
-    for row in _csv("assumed_rates.csv"):
-        mine = (row["device"], row["family"]) == (system.device, work.family)
-        if mine and row["strategy"] in ("", work.kind[0]):
-            return row
-    return None
+    ours = (system.device, work.family)
+    here = [row for row in _csv("assumed_rates.csv") if (row["device"], row["family"]) == ours]
+    return next((row for row in here if row["strategy"] in ("", work.kind[0])), None)
 
 
 def card_exponent(seen: Iterable[Seen]) -> float | None:
@@ -362,14 +344,10 @@ def estimate(work: Work, seen: list[Seen], system: System) -> Estimate:
         loading = work.load_bytes / (float(assumed["load_gb_per_s"]) * 1e9)
         startup, tail, warm = float(assumed["startup_s"]) + loading, 0.0, None
     work_s = (work.timed_flops + work.warm_flops * (warm or 1.0)) / rate
-    seconds = (startup or 0.0) + (tail or 0.0) + work_s
-    return Estimate(work, seconds, rate, source, basis)
+    return Estimate(work, (startup or 0.0) + (tail or 0.0) + work_s, rate, source, basis)
 
 
 # the study's plan ---------------------------------------------------------------------------
-FORECAST_RULES = ("baseline", "sensitivity", "quantize", "finetune", "diffusion")
-
-
 class StudyEstimates:
     """A study's jobs on a system with this system's records: what the rules and `plan` ask."""
 
@@ -382,7 +360,7 @@ class StudyEstimates:
     def works(self) -> dict[str, Work]:
         """Every measuring job of the study (the layout's), by its output; a rule's runtime (at
         parse time) needs only its own."""
-        jobs = [job for job in self.layout.jobs() if job.rule in FORECAST_RULES]
+        jobs = [job for job in self.layout.jobs() if job.rule in FAMILY]
         return {j.path: work_of(j.rule, SimpleNamespace(**j.wildcards), j.path, self.config,
                                 self.system) for j in jobs}  # fmt: skip
 

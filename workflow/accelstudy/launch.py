@@ -126,8 +126,7 @@ class PointJob(Job):
             outcome = json.loads(result.read_text())
         finally:
             result.unlink(missing_ok=True)
-        self.rank_hosts = outcome.get("rank_hosts", [])
-        self.energy = outcome.get("energy")
+        self.rank_hosts, self.energy = outcome.get("rank_hosts", []), outcome.get("energy")
         timeline.MARKS.update(outcome.get("timeline", {}))  # rank 0's phases
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
@@ -138,8 +137,7 @@ class PointJob(Job):
     def write(self, measured: Record) -> dict[str, Any]:
         """A point's record also says its wall time and where each rank ran; log its status."""
         measured.metrics["wall_time_s"] = round(time.perf_counter() - self.started, 3)
-        if self.rank_hosts:
-            measured.metrics["rank_hosts"] = self.rank_hosts
+        measured.metrics |= {"rank_hosts": self.rank_hosts} if self.rank_hosts else {}
         record = super().write(measured)
         log.info("%s %s: %s", measured.stage, self.out, measured.metrics["status"])
         return record

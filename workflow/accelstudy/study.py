@@ -1,8 +1,8 @@
 """A whole study checked before any job runs (by common.smk and the CLI): the config schema,
 then each part's sweep against its system; every failure is one line naming key and fix."""
 
+import importlib.util
 from collections.abc import Mapping
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,11 @@ def check_finetune(config: Mapping[str, Any], system: System) -> None:
         require(model in configured, "finetune.models", problem)
     system.check_cards("finetune.cards", sweep["cards"])
     system.check_dtype("finetune.dtype", sweep["dtype"])
-    needs = [s for s in sweep["strategies"] if STRATEGIES[s].engine == "deepspeed"] or [""]
-    missing = needs[0] and sweep["on_unsupported"] == "error" and not find_spec("deepspeed")
-    problem = f"{needs[0]} needs DeepSpeed, which is not installed here; pip install the "
-    problem += "project's pinned deepspeed, drop it, or set finetune.on_unsupported: record"
+    needs = [s for s in sweep["strategies"] if STRATEGIES[s].engine == "deepspeed"]
+    needs = needs if sweep["on_unsupported"] == "error" else []
+    missing = needs and importlib.util.find_spec("deepspeed") is None
+    problem = f"{needs[0] if needs else ''} needs DeepSpeed, which is not installed here; pip "
+    problem += "install the pinned deepspeed, drop it, or set finetune.on_unsupported: record"
     require(not missing, "finetune.strategies", problem)
     file = str(sweep["data"].get("file", ""))
     missing = sweep["data"].get("source") == "local" and not Path(file).is_file()

@@ -1,4 +1,4 @@
-"""What a study asks Snakemake for (workflow/rules/*.smk): the result files, the lookups its
+"""What a study asks Snakemake for (workflow/rules/*.smk): its layout's files, the lookups its
 rules make per job, wildcard constraints from the schema; parsing the workflow imports no torch."""
 
 import functools
@@ -59,7 +59,7 @@ class StudyTargets(StudyLayout):
         runs = [Path(run) for run in self.config["compare"]["runs"]]
         files = [str(p) for run in runs for p in run.rglob("*.json") if "logs" not in p.parts]
         this = Path(self.results).resolve() in [run.resolve() for run in runs]
-        return sorted(files) + ([f"{self.results}/report/index.html"] if this else [])
+        return sorted(files) + ([self.path("report")] if this else [])
 
     def model_pattern(self, gguf: bool) -> str:
         """The models whose source is (or is not) a GGUF to convert: those run as batch jobs."""

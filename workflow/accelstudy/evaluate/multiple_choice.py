@@ -201,7 +201,5 @@ def score(scoring: Scoring) -> tuple[dict[str, float], list[dict]]:
     chosen["accuracy"] = chosen[spec.quoted]
     correct = {name: np.array(picks) == gold for name, picks in chosen.items()}
     metrics = {"items": len(items), **{name: float(np.mean(c)) for name, c in correct.items()}}
-    per_item = [
-        {f"correct_{name}": bool(c[k]) for name, c in correct.items()} for k in range(len(items))
-    ]
+    per_item = [{f"correct_{n}": bool(c[k]) for n, c in correct.items()} for k in range(len(items))]
     return metrics, [{"item": k, **asdict(i), **per_item[k]} for k, i in enumerate(items)]

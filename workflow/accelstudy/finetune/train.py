@@ -164,10 +164,9 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path, device: Device) 
         needed = point.max_steps * point.samples_per_step * args.world_size
         examples = load_examples(point.data or {"source": "standin"})
         blocks = concatenated_blocks(examples, tokenizer, point.max_seq_length, limit=needed)
-        meter = Meter(point.throughput_warmup_steps)
-        kwargs = dict(args=args, data_collator=default_data_collator, callbacks=[meter])
-        data = Dataset.from_dict(blocks)
-        trainer = engines.trainer(point, device.kind, model, train_dataset=data, **kwargs)
+        meter, data = Meter(point.throughput_warmup_steps), Dataset.from_dict(blocks)
+        kwargs = dict(train_dataset=data, data_collator=default_data_collator, callbacks=[meter])
+        trainer = engines.trainer(point, device.kind, model, args, **kwargs)
         resume = last_checkpoint(kept) if kept else None
         steps = trainer.train(resume_from_checkpoint=str(resume) if resume else None).global_step
     peak = device.peak_memory_bytes() - (baseline if device.kind == "cpu" else 0)
@@ -182,10 +181,8 @@ def summarise(point: FinetunePoint, out: Path, measured: list[ranks.Measured]) -
     first, resumed = measured[0], measured[0]["resumed_from_step"]
     metrics = ranks.peak_metrics(measured, "before the model loads")
     metrics["clean_measurement"] = resumed == 0
-    if resumed:  # the speed covers this run's steps only
-        metrics["resumed_from_step"] = resumed
-    if first["device"] == "hpu":
-        metrics["gaudi_mode"] = point.hpu_mode()
+    metrics |= {"resumed_from_step": resumed} if resumed else {}  # the speed: this run's steps only
+    metrics |= {"gaudi_mode": point.hpu_mode()} if first["device"] == "hpu" else {}
     metrics["model_state_bytes"] = [m["model_state_bytes"] for m in measured]
     for key in ("host_peak_rss", "load_rss_growth"):  # the ranks in order, node by node
         metrics[f"{key}_per_rank"] = [m[key] for m in measured]

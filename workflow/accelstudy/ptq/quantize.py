@@ -170,11 +170,10 @@ def quantize(**flags: Any) -> dict[str, Any]:
     model, tokenizer = load_prepared(job.model_dir)
     spec = json.loads(Path(job.assignment).read_text())
     bits = module_assignment(model, spec, job.assignment)
-    apply = pkgutil.resolve_name(recipe.function)
-    model, stored, ratio, note = apply(job, model, bits)
+    model, stored, ratio, note = pkgutil.resolve_name(recipe.function)(job, model, bits)
     asked = recipe.compute_dtype or job.settings.get("dtype") or "float32"
-    compute = DTYPES[job.resolve_dtype(asked, job.device.kind)]
-    compute_in(model, compute)
+    compute_dtype = job.resolve_dtype(asked, job.device.kind)
+    compute_in(model, DTYPES[compute_dtype])
     metrics = job.evaluate(model, tokenizer, "paper")
     reference = prepared_bytes(job.model_dir)
     metrics["compression_ratio"] = round(ratio, 4)
@@ -184,8 +183,7 @@ def quantize(**flags: Any) -> dict[str, Any]:
     parameters |= {"remainder": spec.get("remainder"), "sensitivity": spec.get("sensitivity")}
     parameters |= {"group_size": job.group_size, "symmetric": job.symmetric, "limit": job.limit}
     parameters["assignment"] = spec.get("layer_bits", spec.get("module_bits"))
-    parameters |= {"settings": job.settings, "note": note}
-    parameters["compute_dtype"] = str(compute).removeprefix("torch.")
+    parameters |= {"settings": job.settings, "note": note, "compute_dtype": compute_dtype}
     method = f"{job.recipe} {bits_label(spec['bits'])}"
     measured = {"protocol": "paper", "parameters": parameters, "metrics": metrics}
     return job.write(job.measured(stage="quantized", method=method, **measured))

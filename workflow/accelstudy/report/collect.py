@@ -36,8 +36,7 @@ def flatten(record: dict) -> dict:
         "tokens_per_s": metrics.get("tokens_per_s", NAN),
         "peak_memory_mib": round(metrics.get("peak_memory_bytes", NAN) / 2**20, 1),
         "status": "ok-resumed" if resumed else metrics.get("status", ""),
-        "held_out_for": metrics.get("held_out_for", ""),
-        "peak_memory_method": metrics.get("peak_memory_method", ""),
+        **{key: metrics.get(key, "") for key in ("held_out_for", "peak_memory_method")},
         **{key: record["parameters"].get(key) for key in POINT_KEYS},
         "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),
         "wall_time_s": metrics["wall_time_s"],
@@ -100,8 +99,7 @@ def with_scheduler_figures(records: pd.DataFrame, accounted: dict[str, dict]) ->
 
 def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per record, with its path (files written beside it, such as SR3 samples)."""
-    paths = sorted(map(str, paths))
-    return pd.DataFrame([{**flatten(read_json(p)), "record": p} for p in paths])
+    return pd.DataFrame([{**flatten(read_json(p)), "record": p} for p in sorted(map(str, paths))])
 
 
 def items_of(record: str | None) -> pd.DataFrame | None:

@@ -22,38 +22,26 @@ from accelstudy.uncertainty import REPEATS_RULE, holm, paired_difference
 
 STAGES = ("baseline", "quantized", "finetune", "diffusion")
 # what a system is compared on, the repeat, and what a run derives: not part of the work
-NOT_WORK = (
-    "repeat", "dtype", "settings.dtype", "compute_dtype", "data.file", "assignment",
-    "data.normalisation",
-)  # fmt: skip
+NOT_WORK: tuple[str, ...] = ("repeat", "dtype", "settings.dtype", "compute_dtype", "data.file")
+NOT_WORK += ("assignment", "data.normalisation")
 # a point's coordinates (evaluation, then fine-tuning/SR3): unmatched work is told against these
 EVALUATION = ["stage", "model", "task", "protocol", "method", "recipe"]
 POINT = [*EVALUATION, "strategy", "attention", "cards", "devices"]
 # per stage, the numbers a ratio compares (the record's primary metric is added)
 PER_TOKEN = ["j_per_token", "cost_per_mtok"]  # energy and charge for the same work
-SPEEDS = {
-    "baseline": ["tokens_per_s", "mfu", *PER_TOKEN],
-    "quantized": ["tokens_per_s", "mfu", *PER_TOKEN],
-    "finetune": ["tokens_per_s", "metric_samples_per_s", "mfu", *PER_TOKEN],
-    "diffusion": [
-        "metric_images_per_s", "metric_train_runtime_s", "mfu", "j_per_image", "cost_per_kimage",
-    ],
-}  # fmt: skip
-RATIOS = [
-    "part", "quantity", "system", "reference", "ratio", "verdict", "interval_low", "interval_high",
-    "points", "min", "max", "repeats",
-]  # fmt: skip
-LOWER_IS_BETTER = {
-    *(f"{t.metric.name} (metric)" for t in TASKS.values() if t.metric.lower_is_better),
-    "train_runtime_s", *PER_TOKEN, "j_per_image", "cost_per_kimage",
-}  # fmt: skip
+PER_IMAGE = ["j_per_image", "cost_per_kimage"]
+SPEEDS = {stage: ["tokens_per_s", "mfu", *PER_TOKEN] for stage in STAGES[:2]}
+SPEEDS["finetune"] = ["tokens_per_s", "metric_samples_per_s", "mfu", *PER_TOKEN]
+SPEEDS["diffusion"] = ["metric_images_per_s", "metric_train_runtime_s", "mfu", *PER_IMAGE]
+RATIOS = ["part", "quantity", "system", "reference", "ratio", "verdict", "interval_low"]
+RATIOS += ["interval_high", "points", "min", "max", "repeats"]
+LOWER_IS_BETTER = {f"{t.metric.name} (metric)" for t in TASKS.values() if t.metric.lower_is_better}
+LOWER_IS_BETTER |= {"train_runtime_s", *PER_TOKEN, *PER_IMAGE}
 # a record's table columns: what it is, and where it comes from
 MATCH_KEYS = ["system", "stage", "model", "task", "method"]
 TRACE_KEYS = ["run", "record", "git_commit"]
-PROVENANCE = [
-    *MATCH_KEYS, "metric", "value", "tokens_per_s", "status", *TRACE_KEYS, "job", "versions",
-    "work",
-]  # fmt: skip
+PROVENANCE = [*MATCH_KEYS, "metric", "value", "tokens_per_s", "status", *TRACE_KEYS, "job"]
+PROVENANCE += ["versions", "work"]
 MACHINE = "{run}: {accelerator}, {memory_per_card_gb} GB per card"  # a system's, as a run says
 LEFT_OUT = "Left out: records without a counterpart, and the keys that differ"
 
@@ -230,9 +218,8 @@ def ratios(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
             told = verdict(quantity, middle)
             if low is not None and low <= 1 <= high:
                 told = f"{told}, within the repeats' interval" if told != "same" else told
-            row = [stage, quantity, other, reference, middle, told, low, high]
-            row += [len(ratio), ratio.min(), ratio.max()]
-            rows.append(dict(zip(RATIOS, [*row, repeats], strict=True)))
+            row = [stage, quantity, other, reference, middle, told, low, high, len(ratio)]
+            rows.append(dict(zip(RATIOS, [*row, ratio.min(), ratio.max(), repeats], strict=True)))
     return pd.DataFrame(rows).round(4)
 
 
@@ -243,17 +230,14 @@ def paired_items(matched: pd.DataFrame, reference: str) -> pd.DataFrame:
     rows = []
     for _, part in ok.groupby("work", sort=False):
         first = part.drop_duplicates("system").set_index("system")  # each system's first repeat
-        if (
-            reference not in first.index
-            or (theirs := items_of(str(first.at[reference, "record"]))) is None
-        ):
+        theirs = items_of(str(first.at[reference, "record"])) if reference in first.index else None
+        if theirs is None:
             continue
         for system, ran in first.drop(index=reference).iterrows():
             if (ours := items_of(ran["record"])) is not None:
-                found = paired_difference(ran["metric"], ours, theirs)
                 point = {k: ran[k] for k in ("stage", "model", "task", "method")}
-                quantity = f"{ran['metric']} (metric)"
-                rows.append({**point, "quantity": quantity, "system": system, **found})
+                quantity = {"quantity": f"{ran['metric']} (metric)", "system": system}
+                rows.append(point | quantity | paired_difference(ran["metric"], ours, theirs))
     table = pd.DataFrame(rows)
     if len(table):
         table["p (Holm)"] = holm(table["p"].to_numpy()).round(4)
@@ -289,24 +273,21 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
         )  # fmt: skip
         ratio = ratio.join(summary, on=["part", "quantity", "system"])
     write_records(records, out / "tables")
-    write_csv(matched[PROVENANCE], out / "tables" / "matched.csv")
-    write_csv(left_out, out / "tables" / "left_out.csv")
-    write_csv(ratio, out / "tables" / "ratios.csv")
-    write_csv(paired, out / "tables" / "paired.csv")
+    tables = dict(matched=matched[PROVENANCE], left_out=left_out, ratios=ratio, paired=paired)
+    for name, table in tables.items():
+        write_csv(table, out / "tables" / f"{name}.csv")
     by_site = records.groupby(["run", "system", "accelerator"], sort=False, as_index=False)
     sites = by_site.agg(records=("record", "size"), commits=("git_commit", joined))
     sections = [
         Section("Runs", "", sites),
         Section(f"Ratios against {reference}", NOTES["ratios"].format(rule=REPEATS_RULE), ratio),
         Section("Metrics item by item, against the reference", NOTES["paired"], paired),
-        *quantization.sections(
-            matched, out
-        ),  # each part's, as in a study's report, its systems apart
+        # each part's, as in a study's report, its systems apart
+        *quantization.sections(matched, out),
         *finetuning.sections(matched, out),
         *superresolution.sections(matched, out),
         Section(LEFT_OUT, "", left_out.drop(columns=["run"])),
     ]
     counts = f"{len(matched)} matched, {len(left_out)} left out"
     intro = f"{len(records)} records from {len(sites)} runs; {counts}."
-    index = write_pages("accelstudy comparison across systems", intro, sections, out / "report")
-    return index
+    return write_pages("accelstudy comparison across systems", intro, sections, out / "report")

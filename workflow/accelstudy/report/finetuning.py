@@ -33,10 +33,8 @@ FIGURES = (figure("fig2a"), figure("fig2b"))
 POINT = {k: k for k in [*KEYS, "status", "repeats"]}
 SPEED = {"tps": "tokens/s", "spread": "tokens/s interval", "sps": "samples/s", "mfu": "MFU"}
 # energy and charge for the same work, each with its repeats' interval
-SPENT = {
-    "j": "J/token", "j_spread": "J/token interval", "cost": "charge per 1M tokens",
-    "cost_spread": "charge interval",
-}  # fmt: skip
+SPENT = {"j": "J/token", "j_spread": "J/token interval"}
+SPENT |= {"cost": "charge per 1M tokens", "cost_spread": "charge interval"}
 RESULT = {"speedup": "speed-up", "efficiency": "scaling efficiency", "loss": "final loss"}
 PEAK = {"peak": "peak GiB (max rank)", "predicted": "predicted GiB", "ratio": "peak / predicted"}
 STATES = {"planned": "model states MiB (planner)", "states": "model states MiB (rank 0)"}
@@ -100,8 +98,8 @@ def finetune_table(points: pd.DataFrame) -> pd.DataFrame:
     return points[list(COLUMNS)].rename(columns=COLUMNS).round(3)
 
 
-def _say(template: str, rows: pd.DataFrame) -> str:
-    return "; ".join(template.format_map(r) for _, r in rows.iterrows())
+def _say(finding: str, rows: pd.DataFrame) -> str:
+    return "; ".join(NOTES["our_findings"][finding].format_map(r) for _, r in rows.iterrows())
 
 
 def findings(points: pd.DataFrame) -> pd.DataFrame:
@@ -123,23 +121,14 @@ def findings(points: pd.DataFrame) -> pd.DataFrame:
     ratios = {s: (wide[s] / wide[first]).median() for s in wide.columns[1:]}
     systems = [f"{s}: {r:.2f}x {first} (median over points both ran)" for s, r in ratios.items()]
     our_findings = [
-        _say(NOTES["our_findings"]["scaling"], ddp)
-        or "no DDP point to set against a smaller card count",
+        _say("scaling", ddp) or "no DDP point to set against a smaller card count",
         attention if len(gain) else "not both measured",
-        _say(NOTES["our_findings"]["fastest"], best) or "no point ran",
-        _say(NOTES["our_findings"]["hole"], points[points["tps"].isna()]) or "every point ran",
+        _say("fastest", best) or "no point ran",
+        _say("hole", points[points["tps"].isna()]) or "every point ran",
         "; ".join(systems) or f"one system in this study ({joined(points['system'])})",
     ]
-    paper = pd.DataFrame(
-        list(NOTES["paper_findings"].items()), columns=["finding", "paper (Gaudi)"]
-    )
-    return paper.assign(ours=our_findings)
-
-
-def note(runs: pd.DataFrame) -> str:
-    """What our numbers are, so no one reads them against the paper's in absolute terms."""
-    systems = joined(runs["system"])
-    return our_numbers(runs, "finetune", models=joined(runs["model"]), systems=systems)
+    paper = list(NOTES["paper_findings"].items())
+    return pd.DataFrame(paper, columns=["finding", "paper (Gaudi)"]).assign(ours=our_findings)
 
 
 def _palette(runs: pd.DataFrame) -> dict[str, tuple]:
@@ -172,10 +161,8 @@ def _one_legend(fig: plt.Figure, beside: plt.Axes) -> None:
         title = legends[first].get_title().get_text()
         for legend in legends.values():
             legend.remove()
-        place: dict[str, Any] = dict(
-            loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, title=title
-        )
-        beside.legend(*first.get_legend_handles_labels(), **place)
+        entries = first.get_legend_handles_labels()
+        beside.legend(*entries, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, title=title)
 
 
 def _panel(frame: pd.DataFrame, system: str, model: str) -> pd.DataFrame:
@@ -253,10 +240,12 @@ def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
         return []
     methods = "; ".join(m for m in runs["peak_memory_method"].dropna().unique() if m)
     title = "Fine-tuning points: speed-up, scaling efficiency, planned and measured memory"
+    models, systems = joined(runs["model"]), joined(runs["system"])
+    ours = our_numbers(runs, "finetune", models=models, systems=systems)
     return [
         Section("Fig. 2a: fine-tuning throughput and time for fixed work against cards",
                 NOTES["finetune_figure"], figure=FIGURES[0]),
         Section("Fig. 2b: DDP vs ZeRO-3 vs FSDP for one model", figure=FIGURES[1]),
         Section(title, f"{NOTES['finetune_table']} Peak measured as: {methods or '-'}.", table),
-        Section("Fine-tuning findings: the paper's beside ours", note(runs), findings(points)),
+        Section("Fine-tuning findings: the paper's beside ours", ours, findings(points)),
     ]  # fmt: skip

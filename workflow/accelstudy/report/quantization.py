@@ -35,31 +35,19 @@ TIED_TASKS = {"boolq"}
 SPLITS_8_7_7 = {("Gaudi2", "hellaswag"), ("Gaudi2", "boolq")}
 COMPRESSION = "compression ×"
 PUBLISHED_FP32 = "published TinyLlama-1.1B FP32"
-BASELINE_COLUMNS = [
-    "model", "task", "protocol", "data", "metric", "ours", "±95%", PUBLISHED_FP32, "tokens/s",
-    "peak MiB",
-]  # fmt: skip
+BASELINE_COLUMNS = ["model", "task", "protocol", "data", "metric", "ours", "±95%", PUBLISHED_FP32]
+BASELINE_COLUMNS += ["tokens/s", "peak MiB"]
 TABLE1_ROWS = ["model", "data", "task", "metric"]
 PUBLISHED_TIDY_COLUMNS = ["task", "system", "metric", "column", "value", "compression"]
 PUBLISHED_PANEL = "published: TinyLlama-1.1B (WikiText-2, HellaSwag, BoolQ)"
 PUBLISHED_TITLE = (
     "Table 1, published: TinyLlama-1.1B on WikiText-2, HellaSwag, BoolQ (Gaudi2 / A100)"
 )
-TRADEOFF_COLUMNS = [
-    "panel",
-    "task",
-    "metric",
-    "compression",
-    "value",
-    "bit list",
-    "recipe / system",
-    "half",
-    "differs",
-]
+TRADEOFF_COLUMNS = ["panel", "task", "metric", "compression", "value", "bit list"]
+TRADEOFF_COLUMNS += ["recipe / system", "half", "differs"]
 # our columns and the published ones under the TRADEOFF_COLUMNS names
-OUR_TRADEOFF_NAMES = {
-    "metric_compression_ratio": "compression", "bits": "bit list", "recipe": "recipe / system",
-}  # fmt: skip
+OUR_TRADEOFF_NAMES = {"metric_compression_ratio": "compression", "bits": "bit list"}
+OUR_TRADEOFF_NAMES["recipe"] = "recipe / system"
 PUBLISHED_TRADEOFF_NAMES = {"column": "bit list", "system": "recipe / system"}
 
 
@@ -120,10 +108,9 @@ class Shown(NamedTuple):
 
 def metric_rows(record: pd.Series) -> list[Shown]:
     """The record's numbers: BoolQ under each tie rule of the authors' scripts, else its primary."""
-    tied = {system: f"acc_ties_{rule}" for system, rule in TIE_RULES.items()}
-    if all(pd.notna(record.get(f"metric_{key}", NAN)) for key in tied.values()):
-        label = {system: metric_label("accuracy", rule) for system, rule in TIE_RULES.items()}
-        return [_shown(record, key, label[s], "accuracy", s) for s, key in tied.items()]
+    if all(pd.notna(record.get(f"metric_acc_ties_{rule}", NAN)) for rule in TIE_RULES.values()):
+        tied = [(f"acc_ties_{r}", metric_label("accuracy", r), s) for s, r in TIE_RULES.items()]
+        return [_shown(record, key, label, "accuracy", s) for key, label, s in tied]
     metric = record["metric"]
     return [_shown(record, metric, metric_label(metric), metric, None)]
 
@@ -201,8 +188,7 @@ def versus_baseline(records: pd.DataFrame) -> pd.DataFrame:
     if "p" in table:
         tested = table["p"].notna().to_numpy()
         table.loc[tested, "p (Holm)"] = holm(table["p"].to_numpy()[tested]).round(4)
-        differs = table["p (Holm)"] < ALPHA
-        told = differs.map({True: "differs", False: "cannot be told from zero"})
+        told = (table["p (Holm)"] < ALPHA).map({True: "differs", False: "cannot be told from zero"})
         table["verdict"] = table["verdict"].fillna(told) if "verdict" in table else told
     return table
 
@@ -216,10 +202,8 @@ def table1(
     systems = list(dict.fromkeys(records["system"]))
     if len(systems) > 1:
         tables = {s: table1(records[records["system"] == s], bit_lists, versus) for s in systems}
-        tables = {
-            s: t.set_index(TABLE1_ROWS).add_prefix(f"{s}: ") for s, t in tables.items() if len(t)
-        }
-        return pd.concat(tables.values(), axis=1).reset_index() if tables else pd.DataFrame()
+        parts = [t.set_index(TABLE1_ROWS).add_prefix(f"{s}: ") for s, t in tables.items() if len(t)]
+        return pd.concat(parts, axis=1).reset_index() if parts else pd.DataFrame()
     fp32, quantized = _quantized(records)
     versus = versus_baseline(records) if versus is None else versus
     held_p = versus.reindex(columns=["record", "key", "p (Holm)"])
@@ -281,20 +265,17 @@ def tradeoff_points(
     ran = pd.concat([fp32.merge(keys), quantized]).rename(columns=OUR_TRADEOFF_NAMES)
     values = [display(m, v) for m, v in zip(ran["metric"], ran["value"], strict=True)]
     halves = [_shown(r, r["metric"], "", r["metric"], None).half for _, r in ran.iterrows()]
-    versus = (versus_baseline(records) if versus is None else versus).reindex(
-        columns=["record", "verdict"]
-    )
-    differs = ran["record"].isin(versus.loc[versus["verdict"] == "differs", "record"])
+    versus = versus_baseline(records) if versus is None else versus
+    verdicts = versus.reindex(columns=["record", "verdict"])
+    differs = ran["record"].isin(verdicts.loc[verdicts["verdict"] == "differs", "record"])
     panel = "ours on " + ran["system"] + ": " + ran["model"] + " (" + ran["data"] + " data)"
     our_points = ran.assign(panel=panel, metric=ran["metric"].map(metric_label), value=values)
     our_points = our_points.assign(half=halves, differs=differs)
     paper = published_tidy(published).rename(columns=PUBLISHED_TRADEOFF_NAMES)
     paper = paper[paper["task"].isin(keys["task"])].dropna(subset=["compression"])
     untied = paper["metric"].str.replace(r" \(ties \w+\)", "", regex=True)
-    paper = paper.assign(panel=PUBLISHED_PANEL, metric=untied)
-    return pd.concat(
-        [our_points[TRADEOFF_COLUMNS], paper.reindex(columns=TRADEOFF_COLUMNS)], ignore_index=True
-    )
+    paper = paper.assign(panel=PUBLISHED_PANEL, metric=untied).reindex(columns=TRADEOFF_COLUMNS)
+    return pd.concat([our_points[TRADEOFF_COLUMNS], paper], ignore_index=True)
 
 
 def baseline_figure(records: pd.DataFrame) -> plt.Figure:
@@ -396,10 +377,8 @@ def told(versus: pd.DataFrame, records: pd.DataFrame) -> str:
     said = [NOTES["versus"].format(tests=tests), "; ".join(smallest_found or ["unknown"]) + "."]
     for verdict in ("differs", "cannot be told from zero"):
         named = versus[versus.get("verdict", pd.Series(dtype=str)) == verdict]
-        names = "; ".join(
-            f"{r['task']} {r['metric']} {r['quantized']}" for _, r in named.iterrows()
-        )
-        said.append(f"{verdict.capitalize()}: {names or 'none'}.")
+        names = [f"{r['task']} {r['metric']} {r['quantized']}" for _, r in named.iterrows()]
+        said.append(f"{verdict.capitalize()}: {'; '.join(names) or 'none'}.")
     return " ".join(said)
 
 
@@ -437,14 +416,11 @@ def sections(
     measured_on = f"{joined(quantized['model'])}; {joined(quantized['data'])}"
     table1_title = f"Table 1, ours ({measured_on} data): mixed-precision PTQ"
     fig1_title = "Fig. 1: pruning sensitivity, tasks side by side"
+    versus_title = "Quantized against the baseline, item by item"
     return [
         *shown,
         Section(table1_title, NOTES["table1"], our_table1),
-        Section(
-            "Quantized against the baseline, item by item",
-            told(versus, records),
-            versus.drop(columns=["record", "key"]),
-        ),
+        Section(versus_title, told(versus, records), versus.drop(columns=["record", "key"])),
         Section(PUBLISHED_TITLE, NOTES["published"], published_table),
         *([Section(fig1_title, figure=figure("fig1"))] if len(sensitive) else []),
         Section("Quality against compression", NOTES["tradeoff"], figure=figure("tradeoff")),

@@ -24,12 +24,8 @@ SPEED = {
     "images_per_s": "images/s", "spread": "images/s interval", "speedup": "speed-up",
     "efficiency": "scaling efficiency", "j_per_image": "J/image", "j_spread": "J/image interval",
 }  # fmt: skip
-COMPUTE = {
-    "gflop": "GFLOP per image",
-    "gflops": "achieved GFLOP/s",
-    "mfu": "MFU",
-    "parameters": "parameters",
-}
+COMPUTE = {"gflop": "GFLOP per image", "gflops": "achieved GFLOP/s"}
+COMPUTE |= {"mfu": "MFU", "parameters": "parameters"}
 SR = {"psnr_sr": "PSNR SR (dB)", "ssim_sr": "SSIM SR"}
 BICUBIC = {"psnr_bicubic": "PSNR bicubic (dB)", "ssim_bicubic": "SSIM bicubic"}
 TRAINING = {"final_loss": "final loss", "peak": "peak MiB (max rank)"}
@@ -144,12 +140,6 @@ def samples_figure(runs: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def note(runs: pd.DataFrame) -> str:
-    """What our numbers are, so no one reads our minutes against the paper's."""
-    parameters, systems = runs["parameters"].max() / 1e6, joined(runs["system"])
-    return our_numbers(runs, "diffusion", parameters=parameters, systems=systems)
-
-
 def write_figures(runs: pd.DataFrame, folder: Path) -> None:
     """Fig. 3 and the samples, or placeholders saying why (the rule declares both)."""
     no_records = "no diffusion records in this study"
@@ -170,8 +160,10 @@ def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
         return []
     title = "Fig. 3: SR3 training time for fixed work against devices"
     points = "SR3 points: speed-up, scaling efficiency, throughput and image quality"
+    parameters, systems = runs["parameters"].max() / 1e6, joined(runs["system"])
+    ours = our_numbers(runs, "diffusion", parameters=parameters, systems=systems)
     return [
-        Section(title, note(runs), figure=FIGURES[0]),
+        Section(title, ours, figure=FIGURES[0]),
         Section(points, NOTES["sr3_table"], table),
         Section("SR3 samples: held-out images", NOTES["sr3_samples"], figure=FIGURES[1]),
     ]
