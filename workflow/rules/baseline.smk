@@ -12,7 +12,6 @@ rule baseline:
         STUDY.benchmark("baseline")
     conda:
         CONDA_ENV
-    threads: 1
     resources:
         **STUDY.measuring_resources("baseline"),
     params:

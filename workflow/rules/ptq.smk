@@ -15,7 +15,6 @@ rule sensitivity:
     priority: 1
     conda:
         CONDA_ENV
-    threads: 1
     resources:
         **STUDY.measuring_resources("sensitivity"),
     params:
@@ -86,7 +85,6 @@ rule quantize:
         STUDY.benchmark("quantize")
     conda:
         CONDA_ENV
-    threads: 1
     resources:
         **STUDY.measuring_resources("quantize"),
     params:
