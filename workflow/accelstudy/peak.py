@@ -96,10 +96,8 @@ def probe(threads: int, where: str = "at set-up") -> dict[str, Any]:
 
 def cpu_rates(threads: int, *, probe_if_missing: bool = True) -> dict[str, Any] | None:
     """The cached probe for this CPU at `threads`, else a fresh one (labelled in-job)."""
-    if (entry := cached_probes().get(probe_key(threads))) is not None:
+    if (entry := cached_probes().get(probe_key(threads))) is not None or not probe_if_missing:
         return entry
-    if not probe_if_missing:
-        return None
     log.info("no GEMM probe cached for %d thread(s): probing inside this job", threads)
     return probe(threads, "inside a job")
 

@@ -61,7 +61,6 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-# scheduler context -> the variables SLURM's job step sets
 SLURM_VARIABLES = {
     "job_id": "SLURM_JOB_ID",
     "partition": "SLURM_JOB_PARTITION",
@@ -84,9 +83,8 @@ def scheduler_context(environ: Mapping[str, str] = os.environ) -> dict[str, str]
 def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: float) -> dict:
     import torch
 
-    hardware: dict[str, Any] = {"device_kind": device_kind, "device_name": device_name}
-    hardware["host"] = platform.node()
-    hardware |= {"machine": platform.machine(), "cpu_count": os.cpu_count()}
+    node = {"host": platform.node(), "machine": platform.machine(), "cpu_count": os.cpu_count()}
+    hardware: dict[str, Any] = {"device_kind": device_kind, "device_name": device_name, **node}
     cpu_model, flags = peak.cpu_model_and_flags()
     hardware |= {"cpu_model": cpu_model, "cpu_flags": sorted(peak.CPU_FLAGS & set(flags))}
     counts = sorted({1, torch.get_num_threads(), os.cpu_count() or 1})  # the CPU's own limit:
@@ -110,8 +108,7 @@ def validate_record(record: dict[str, Any]) -> None:
 
 def write_record(path: str | Path, record: dict[str, Any]) -> None:
     """Stamp the schema version, validate against record.schema.yaml, write atomically."""
-    record = {"schema_version": SCHEMA_VERSION, **record}
-    validate_record(record)
+    validate_record(record := {"schema_version": SCHEMA_VERSION, **record})
     write_json(path, record)
 
 
@@ -191,9 +188,7 @@ class Job:
 
     def allocation(self) -> Allocation:
         """What this job holds: one card where it drives one, its torch threads as cores."""
-        import torch
-
-        return allocation(int(self.device.kind != "cpu"), torch.get_num_threads())
+        return allocation(int(self.device.kind != "cpu"), self.ranks_and_threads()[1])
 
     @cached_property
     def device(self) -> Any:
@@ -206,8 +201,7 @@ class Job:
         record: dict[str, Any] = {"stage": measured.stage, "study": self.study}
         record |= {"system": self.system.name, "device": self.device.kind}
         record |= {k: getattr(measured, k) for k in ("model", "task", "method", "data_source")}
-        if measured.protocol is not None:
-            record["protocol"] = measured.protocol
+        record |= {"protocol": measured.protocol} if measured.protocol is not None else {}
         record |= {k: getattr(measured, k) for k in ("inputs", "parameters", "metrics")}
         wall_s, system, metrics = time.perf_counter() - self.started, self.system, measured.metrics
         unit = "image" if measured.stage == "diffusion" else "token"

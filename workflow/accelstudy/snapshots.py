@@ -17,7 +17,6 @@ from accelstudy.files import sha256_file
 MANIFEST = "manifest.json"
 # what a job loads from a snapshot; not the original/*.pth or *.bin copies some repos also ship
 SNAPSHOT_FILES = ["*.safetensors", "*.json", "tokenizer*", "*.model", "*.txt", "*.tiktoken"]
-SNAPSHOT_SKIP = ["original/*"]
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -34,7 +33,7 @@ def hub_snapshot(name: str, spec: dict[str, Any]) -> Path:
     what = f"models.{name}: '{repo}' at revision '{revision}'"
     try:
         folder = snapshot_download(
-            repo, revision=revision, allow_patterns=SNAPSHOT_FILES, ignore_patterns=SNAPSHOT_SKIP
+            repo, revision=revision, allow_patterns=SNAPSHOT_FILES, ignore_patterns=["original/*"]
         )
     except hub.GatedRepoError:
         fix = "accept its licence on its Hub page, then `hf auth login` or set HF_TOKEN"
@@ -48,8 +47,7 @@ def hub_snapshot(name: str, spec: dict[str, Any]) -> Path:
     except hub.LocalEntryNotFoundError:
         fix = f"run `hf download {repo} --revision {revision}` where there is network, with "
         fix += "the same HF_HOME"
-        why = "and HF_HUB_OFFLINE=1 or no network kept the Hub out"
-        where = constants.HF_HUB_CACHE
+        why, where = "and HF_HUB_OFFLINE=1 or no network kept the Hub out", constants.HF_HUB_CACHE
         raise ModelSourceError(f"{what} is not in the cache {where}, {why}: {fix}") from None
     return Path(folder)
 
@@ -102,8 +100,7 @@ def local_files(folder: Path, before: dict[str, Any]) -> dict[str, Any]:
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name, stat = path.relative_to(folder).as_posix(), path.stat()
-        seen = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-        old = before.get(name, {})
+        seen, old = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}, before.get(name, {})
         same = all(old.get(k) == v for k, v in seen.items())
         files[name] = {**seen, "digest": old["digest"] if same else f"sha256:{sha256_file(path)}"}
     lines = "".join(f"{name} {entry['digest']}\n" for name, entry in sorted(files.items()))

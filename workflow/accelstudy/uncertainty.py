@@ -26,10 +26,6 @@ def mean_stderr(values: Sequence[float] | np.ndarray | pd.Series) -> float:
     return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else np.nan
 
 
-def is_ratio(items: pd.DataFrame, metric: str) -> bool:
-    return metric in RATIO_METRICS and RATIO_METRICS[_named(items, metric)][0] in items
-
-
 def _named(items: pd.DataFrame, metric: str) -> str:
     """lm-eval's `perplexity` is its word perplexity (documents have no `nll`)."""
     return "word_perplexity" if metric == "perplexity" and "nll" not in items else metric
@@ -48,17 +44,13 @@ def _resamples(count: int) -> np.ndarray:
     return np.random.default_rng(0).integers(0, count, (RESAMPLES, count))
 
 
-def bootstrap_stderr(items: pd.DataFrame, metric: str) -> float:
-    """A ratio metric's standard error: its spread over resamples of the blocks or documents
-    (lm-eval gives perplexities none)."""
-    return float(np.std(ratio_metric(items, metric, _resamples(len(items))), ddof=1))
-
-
 def stderrs(items: pd.DataFrame, metrics: dict[str, float]) -> dict[str, float]:
     """`<metric>_stderr` for every metric the items hold: accuracies by lm-eval's formula over
-    their `correct_<metric>` columns, ratio metrics by the bootstrap."""
+    their `correct_<metric>` columns, ratio metrics by the bootstrap (lm-eval gives them none)."""
     found = {m: mean_stderr(items[f"correct_{m}"]) for m in metrics if f"correct_{m}" in items}
-    found |= {m: bootstrap_stderr(items, m) for m in metrics if is_ratio(items, m)}
+    for m in metrics:  # a ratio metric's: its spread over resamples of the blocks or documents
+        if m in RATIO_METRICS and RATIO_METRICS[_named(items, m)][0] in items:
+            found[m] = float(np.std(ratio_metric(items, m, _resamples(len(items))), ddof=1))
     return {f"{m}_stderr": round(v, 10) for m, v in found.items()}
 
 
@@ -99,9 +91,7 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     p = np.asarray(p_values, dtype=float)
     order = np.argsort(p)
     adjusted = np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order])
-    out = np.empty_like(p)
-    out[order] = np.minimum(adjusted, 1.0)
-    return out
+    return np.minimum(adjusted, 1.0)[np.argsort(order)]  # back in the order given
 
 
 def detectable(stderr: float) -> float:
@@ -130,9 +120,7 @@ def repeats_interval(values: pd.Series) -> str:
     return f"{values.min():.4g}-{values.max():.4g} ({len(values)} repeats, {coverage:.0%})"
 
 
-def within_each_other(
-    first: tuple[float, float, float], second: tuple[float, float, float]
-) -> bool:
+def within_each_other(one: tuple[float, float, float], other: tuple[float, float, float]) -> bool:
     """Two (median, low, high) of repeats, each median inside the other's interval: the repeats
     cannot tell the two choices apart (one repeat's interval is its value alone)."""
-    return bool(second[1] <= first[0] <= second[2] and first[1] <= second[0] <= first[2])
+    return bool(other[1] <= one[0] <= other[2] and one[1] <= other[0] <= one[2])

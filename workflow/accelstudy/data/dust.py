@@ -50,7 +50,6 @@ def check_preset(preset: str, nside: int, environ: Mapping[str, str] = os.enviro
 
 def emission(spec: dict[str, Any], seed: int) -> np.ndarray:
     """The dust intensity map (MJy/sr) at the configured frequency, through PySM3."""
-    import pysm3
     import pysm3.models.dust
     import pysm3.units as u
 
@@ -83,10 +82,8 @@ def patches(sky: np.ndarray, count: int, size: int, reso_arcmin: float, seed: in
     import healpy as hp
     from healpy.projector import GnomonicProj
 
-    nside = hp.npix2nside(sky.size)
-    rng = np.random.default_rng(seed)
-    lon = rng.uniform(0, 360, count)
-    lat = np.degrees(np.arcsin(rng.uniform(-1, 1, count)))
+    nside, rng = hp.npix2nside(sky.size), np.random.default_rng(seed)
+    lon, lat = rng.uniform(0, 360, count), np.degrees(np.arcsin(rng.uniform(-1, 1, count)))
     out = np.empty((count, size, size), dtype=np.float64)
     for i in range(count):
         projector = GnomonicProj(rot=(lon[i], lat[i]), xsize=size, reso=reso_arcmin)

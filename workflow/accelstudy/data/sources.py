@@ -46,8 +46,7 @@ def boolq_answer(value: Any) -> bool:
 def _text(row: Row, column: str, allow_empty: bool = False) -> str:
     value = row[column]
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        kind = "string" if allow_empty else "non-empty string"
-        raise BadValue(column, value, f"is not a {kind}")
+        raise BadValue(column, value, f"is not a {'string' if allow_empty else 'non-empty string'}")
     return value
 
 
@@ -131,8 +130,7 @@ def load_split(task: str, spec: dict[str, Any], split: str) -> list[Row]:
     if not rows:
         raise DataSourceError(f"{origin}: no rows")
     columns = TASKS[task].columns
-    missing = [c for c in columns if c not in rows[0]]
-    if missing:
+    if missing := [c for c in columns if c not in rows[0]]:
         raise DataSourceError(
             f"{origin}: missing column(s) {missing} for task '{task}'; "
             f"expected columns {list(columns)}, found {sorted(rows[0])}"
