@@ -57,16 +57,10 @@ def _probe(threads: list[int]) -> None:
         print(f"{model}, {count} thread(s): {shown} GFLOP/s (GEMM probe, cached)")
 
 
-def _compare(**options: Any) -> None:
-    from accelstudy.report.compare import compare
-
-    print(compare(**options))
-
-
-def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -> None:
+def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -> Path:
     from accelstudy.report.build import build_report
 
-    print(build_report(study, records, results_dir, **tables))
+    return build_report(study, records, results_dir, **tables)
 
 
 DEVICES = ["auto", "cpu", "cuda", "hpu"]
@@ -74,9 +68,8 @@ DEVICES = ["auto", "cpu", "cuda", "hpu"]
 SHARED: dict[str, dict[str, Any]] = {
     **{name: {"required": True} for name in
        ("study", "system", "model-name", "task", "data-source", "recipe")},
-    **{name: {"type": Path, "required": True} for name in
-       ("configfile", "model-dir", "data", "out", "card", "table", "assignment", "samples",
-        "items")},
+    **{name: {"type": Path, "required": True} for name in ("configfile", "model-dir", "data",
+       "out", "card", "table", "assignment", "samples", "items")},
     **{name: {"type": _json, "required": True} for name in ("spec", "point", "bits", "settings")},
     "limit": argument("tasks.*.limit"),
     "seed": argument("seed"),
@@ -172,7 +165,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         ["study", "system",
          ("point", {"type": DiffusionPoint.from_json, "help": "the point (diffusion keys)"}),
          "data", "card", "out", "samples", "threads", "device"]),
-    "compare": ("one report across systems from several runs' results", _compare,
+    "compare": ("one report across systems from several runs' results", "report.compare:compare",
         [("runs", {"positional": True, "type": Path, "nargs": "+",
                    "help": "results/<study> folders, one per run"}),
          ("out", {"help": "the comparative report's folder"}),
@@ -209,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if isinstance(target, str):
             target = pkgutil.resolve_name(f"accelstudy.{target}")
-        target(**options)
+        if isinstance(report := target(**options), Path):  # a report's index: say where
+            print(report)
     except StudyError as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2

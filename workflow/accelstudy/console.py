@@ -111,8 +111,7 @@ def print_recommendation(model: str, system: str, configfile: Path, results: lis
     each fitting point's forecast."""
     from accelstudy.report.recommend import choices, recommendation, sharding_rule
 
-    answer = recommendation(model, system, configfile, results)
-    fits, points, told = answer.fits, answer.points, answer.estimates
+    fits, points, told = recommendation(model, system, configfile, results)
     fit_map = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]
     print(f"{model} on {system}: {(fits['held_out_for'] == '').sum()} of {len(fits)} points fit")
     print(fit_map.to_string(index=False, float_format="%.1f"))

@@ -30,14 +30,11 @@ def allocation(cards: int, cores: int, environ: Mapping[str, str] = os.environ) 
     gpus = environ.get("SLURM_GPUS_ON_NODE") or (str(len(listed)) if listed else "")
     per_node_cores = environ.get("SLURM_CPUS_ON_NODE")
     memory = environ.get("SLURM_MEM_PER_NODE")  # MB
-    return Allocation(
-        nodes=nodes,
-        cards=int(gpus) * nodes if gpus.isdigit() else cards,
-        cores=int(per_node_cores) * nodes if per_node_cores else cores,
-        memory_gb=int(memory) * nodes / 1000 if memory and memory.isdigit() else None,
-        qos=environ.get("SLURM_JOB_QOS"),
-        partition=environ.get("SLURM_JOB_PARTITION"),
-    )
+    cards = int(gpus) * nodes if gpus.isdigit() else cards
+    cores = int(per_node_cores) * nodes if per_node_cores else cores
+    memory_gb = int(memory) * nodes / 1000 if memory and memory.isdigit() else None
+    qos, partition = environ.get("SLURM_JOB_QOS"), environ.get("SLURM_JOB_PARTITION")
+    return Allocation(nodes, cards, cores, memory_gb, qos, partition)
 
 
 def charged(

@@ -18,8 +18,7 @@ from accelstudy.tasks import TASK_NAMES, TASKS
 @cache
 def _schema() -> dict[str, Any]:
     loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
-    ptq = loaded["properties"]["ptq"]["properties"]
-    names = {"enum": list(TASK_NAMES)}
+    ptq, names = loaded["properties"]["ptq"]["properties"], {"enum": list(TASK_NAMES)}
     loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = names
     ptq["recipes"]["items"] = {"enum": list(RECIPES)}
     ptq["granularity"]["enum"], ptq["family"]["enum"] = list(GRANULARITIES), list(FAMILIES)
@@ -83,6 +82,7 @@ def argument(path: str) -> dict[str, Any]:
     spec = node(path)
     kind = spec.get("type")
     readers = {"integer": int, "number": float, "boolean": _boolean, "string": str}
+    readers |= dict.fromkeys(["array", "object"], json.loads)
     keywords: dict[str, Any] = {"default": default(path), "help": spec.get("description")}
     if "enum" in spec:
         keywords["choices"] = spec["enum"]
@@ -90,6 +90,4 @@ def argument(path: str) -> dict[str, Any]:
         keywords["type"] = _optional_int
     elif isinstance(kind, str) and kind in readers:
         keywords["type"] = readers[kind]
-    elif kind in ("array", "object"):
-        keywords["type"] = json.loads
     return keywords

@@ -15,9 +15,3 @@ def targets_per_layer(granularity: str, family: str) -> int:
 def chunk_sizes(targets: int, chunks: int) -> list[int]:
     """Near-equal consecutive slices, the longer ones first (torch.tensor_split's)."""
     return [targets // chunks + (i < targets % chunks) for i in range(chunks)]
-
-
-def chunk_slice(targets: int, chunks: int, index: int) -> range:
-    """The indices of the index-th chunk's targets."""
-    start = sum(chunk_sizes(targets, chunks)[:index])
-    return range(start, start + chunk_sizes(targets, chunks)[index])

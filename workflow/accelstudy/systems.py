@@ -77,8 +77,7 @@ class System:
 
 def load_system(name: str) -> System:
     """The machine description config/systems/{name}.yaml, checked against system.schema.yaml."""
-    path = SYSTEMS / f"{name}.yaml"
-    known = sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
+    path, known = SYSTEMS / f"{name}.yaml", sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
     require(path.is_file(), "system", f"unknown system '{name}'; known systems are {known}")
     spec = yaml.safe_load(path.read_text())
     check_system(spec, f"config/systems/{name}.yaml: key")

@@ -35,8 +35,7 @@ class StudyTargets(StudyLayout):
         allowed["granularity"] = node("ptq.granularity")["enum"]
         listed = {"recipe": "ptq.recipes", "protocol": "tasks.*.protocols"}
         listed |= {"strategy": "finetune.strategies", "attention": "finetune.attention"}
-        for wildcard, path in listed.items():
-            allowed[wildcard] = node(path)["items"]["enum"]
+        allowed |= {wildcard: node(path)["items"]["enum"] for wildcard, path in listed.items()}
         numbers = {"chunk": r"\d+", "repeat": r"\d+", "cards": r"[1-9]\d*", "devices": r"[1-9]\d*"}
         names = {k: "|".join(map(re.escape, v)) for k, v in allowed.items()}  # a '.' is a dot
         return names | numbers | {"bits": r"\d+(-\d+)*"}
@@ -101,8 +100,7 @@ class StudyTargets(StudyLayout):
 
     def calibration_file(self, w: Any) -> str:
         """Calibration data as the paper's: WikiText validation, HellaSwag/BoolQ train."""
-        split = TASKS[w.task].calibration_split
-        return self.path("prepare_data", task=w.task, split=split)
+        return self.path("prepare_data", task=w.task, split=TASKS[w.task].calibration_split)
 
     def eval_settings(self, w: Any) -> str:
         settings = relevant_settings(w.task, w.protocol, self.config["evaluation"])
@@ -132,8 +130,7 @@ class StudyTargets(StudyLayout):
 
     def finetune_point_json(self, w: Any) -> str:
         """The point as the worker reads it: only the finetune keys a point depends on."""
-        data_file = self.path("prepare_instructions")
-        return points.finetune_point(self.config, w, data_file).to_json()
+        return points.finetune_point(self.config, w, self.path("prepare_instructions")).to_json()
 
     def diffusion_point_json(self, w: Any) -> str:
         return points.diffusion_point(self.config, w).to_json()

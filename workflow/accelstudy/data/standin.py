@@ -58,8 +58,7 @@ def hellaswag_rows(split: str) -> list[dict]:
             if 6 <= len(words) <= 40 and len(ctx_a.split()) <= 80:
                 ctx_b = " ".join(words[:2])
                 stems.append((title, ctx_a, ctx_b[0].lower() + ctx_b[1:], " ".join(words[2:])))
-    rng = random.Random(f"hellaswag-{split}")
-    rows = []
+    rng, rows = random.Random(f"hellaswag-{split}"), []
     for index, (title, ctx_a, ctx_b, ending) in enumerate(stems):
         others = [s[3] for s in rng.sample(stems, 12) if s[0] != title and s[3] != ending][:3]
         if len(others) < 3:
@@ -76,8 +75,7 @@ def boolq_rows(split: str) -> list[dict]:
     """Yes/no passage questions with balanced answers: is this passage about topic X?"""
     paragraphs = [(t, p) for t, p in corpus_paragraphs(split) if 30 <= len(p.split()) <= 180]
     titles = sorted({t for t, _ in paragraphs})
-    rng = random.Random(f"boolq-{split}")
-    rows = []
+    rng, rows = random.Random(f"boolq-{split}"), []
     for index, (title, passage) in enumerate(paragraphs):
         answer = index % 2 == 0
         subject = title if answer else rng.choice([t for t in titles if t != title])

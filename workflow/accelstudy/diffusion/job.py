@@ -22,7 +22,6 @@ def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags
     if metrics["status"] != "ok":
         samples.write_bytes(b"")  # the job's second output: empty where nothing was sampled
     source = "standin" if data_card["standin"] else "local"
-    parameters = {**asked.as_dict(), "data": data_card}
     return job.write(Record(stage="diffusion", model="sr3", task="dust-sr", method="ddp",
-                            data_source=source, inputs={"data": read_source(data)},
-                            parameters=parameters, metrics=metrics))  # fmt: skip
+                            data_source=source, inputs={"data": read_source(data)}, metrics=metrics,
+                            parameters={**asked.as_dict(), "data": data_card}))  # fmt: skip

@@ -60,8 +60,7 @@ def super_resolve(unet, noise_schedule, lr: Tensor, size: int, steps: int, seed:
     ddim = DDIMScheduler.from_config(noise_schedule.config, clip_sample=True)
     ddim.set_timesteps(steps)
     condition = upsample(lr, size)
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(condition.shape, generator=generator).to(condition)
+    x = torch.randn(condition.shape, generator=torch.Generator().manual_seed(seed)).to(condition)
     for t in ddim.timesteps:
         gamma = ddim.alphas_cumprod[t].sqrt().to(x).expand(len(x))
         noise = unet(torch.cat([condition, x], dim=1), gamma).sample

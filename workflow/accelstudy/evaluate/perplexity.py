@@ -77,8 +77,7 @@ def score(scoring: Scoring) -> tuple[dict, list[dict]]:
     device = next(model.parameters()).device
     items: list[dict] = []  # per block or document: what its perplexity sums (to pair, resample)
     if protocol == "paper":
-        blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
-        losses = []
+        blocks, losses = paper_blocks(tokenizer, rows, settings["block_size"], limit), []
         for batch in tqdm(blocks.split(settings["batch_size"]), desc="perplexity", unit="batch"):
             loss, count, each = block_loss(model, batch.to(device))
             losses.append((loss, count))
@@ -95,8 +94,7 @@ def score(scoring: Scoring) -> tuple[dict, list[dict]]:
     for page in tqdm(docs, desc="rolling perplexity", unit="doc"):
         tokens = encode(tokenizer, wikitext_detokenizer({"page": page}), "lm-eval")
         n_tokens += len(tokens)
-        loglikelihood = 0.0
-        windows = get_rolling_token_windows(tokens, prefix, max_length, 1)
+        loglikelihood, windows = 0.0, get_rolling_token_windows(tokens, prefix, max_length, 1)
         for context, continuation in map(make_disjoint_window, windows):
             inputs = torch.tensor([(context + continuation)[:-1]], device=device)
             logprobs = F.log_softmax(model(inputs).logits[0].float(), dim=-1)

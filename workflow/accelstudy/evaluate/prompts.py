@@ -12,8 +12,7 @@ from accelstudy.data.sources import boolq_answer
 
 def hellaswag_clean(text: str) -> str:
     """lm-eval's HellaSwag text cleaning (WikiHow bracket artefacts, double spaces)."""
-    text = re.sub("\\[.*?\\]", "", text.strip().replace(" [title]", ". "))
-    return text.replace("  ", " ")
+    return re.sub("\\[.*?\\]", "", text.strip().replace(" [title]", ". ")).replace("  ", " ")
 
 
 @dataclass(frozen=True)
@@ -99,6 +98,5 @@ def encode_pair(
     tokenizer: Tokenizer, context: str, continuation: str, protocol: str = "paper"
 ) -> tuple[list[int], list[int]]:
     """lm-eval's split: the whole string encoded once, cut at context.rstrip()'s token count."""
-    whole = encode(tokenizer, context + continuation, protocol)
     context_ids = encode(tokenizer, context.rstrip(), protocol)
-    return context_ids, whole[len(context_ids) :]
+    return context_ids, encode(tokenizer, context + continuation, protocol)[len(context_ids) :]

@@ -92,8 +92,7 @@ def cluster(
 def gather_sensitivity(chunks: list[Path], out: Path) -> pd.DataFrame:
     """The `gather-sensitivity` stage: chunks -> one table with SCAN_KEYS, checked complete."""
     parts = [json.loads(Path(p).read_text()) for p in chunks]
-    first = parts[0]
-    frame = pd.DataFrame([s for part in parts for s in part["scores"]])
+    first, frame = parts[0], pd.DataFrame([s for part in parts for s in part["scores"]])
     scanned = {key: first.get(key) for key in SCAN_KEYS}
     frame = frame.assign(base=first["base"], metric_kind=first["metric"], **scanned)
     frame.insert(0, "task", first["task"])

@@ -71,19 +71,16 @@ def targets(model: PreTrainedModel, granularity: str, family: str = "mlp") -> li
 def magnitude_threshold(tensors: tuple[torch.Tensor, ...], sparsity: float) -> torch.Tensor:
     """The k-th smallest |w| over all `tensors`, k = sparsity x count (at least 1)."""
     flat = torch.cat([t.detach().abs().flatten() for t in tensors])
-    k = max(1, int(sparsity * flat.numel()))
-    return flat.kthvalue(k).values
+    return flat.kthvalue(max(1, int(sparsity * flat.numel()))).values
 
 
 @contextlib.contextmanager
 @torch.no_grad()
 def pruned(target: Target, sparsity: float) -> Iterator[int]:
     """Zero each weight with |w| under the threshold while inside (yields how many); restore."""
-    saved = [t.detach().clone() for t in target.tensors]
-    zeroed = 0
+    saved, zeroed = [t.detach().clone() for t in target.tensors], 0
     try:
-        groups = [(t,) for t in target.tensors] if target.per_tensor else [target.tensors]
-        for group in groups:
+        for group in [(t,) for t in target.tensors] if target.per_tensor else [target.tensors]:
             threshold = magnitude_threshold(group, sparsity)
             for tensor in group:
                 mask = tensor.abs() < threshold

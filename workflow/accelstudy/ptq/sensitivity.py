@@ -23,7 +23,7 @@ from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
 from accelstudy.files import write_json
 from accelstudy.models import load_prepared
-from accelstudy.pruning import chunk_slice
+from accelstudy.pruning import chunk_sizes
 from accelstudy.ptq import SCAN_KEYS
 from accelstudy.ptq.prune import Target, decoder_layers, pruned, targets
 from accelstudy.tasks import TASKS
@@ -164,7 +164,8 @@ def scan(
 
 def chunk_targets(all_targets: list[Target], chunks: int, index: int) -> list[Target]:
     """The index-th of `chunks` near-equal consecutive slices (the longer ones first)."""
-    return [all_targets[i] for i in chunk_slice(len(all_targets), chunks, index)]
+    sizes = chunk_sizes(len(all_targets), chunks)
+    return all_targets[sum(sizes[:index]) : sum(sizes[: index + 1])]
 
 
 def sensitivity_chunk(

@@ -35,14 +35,12 @@ def sr3_judged() -> pd.DataFrame:
     """The paper's SR3 forecast with the assumed rates (no records) on each system whose card
     the paper timed, beside the published minutes: how far the stated assumptions are off."""
     config = read_config(PROJECT_ROOT / "config" / "paper.yaml")
-    published = pd.read_csv(RESOURCES / "diffusion_minutes.csv")
-    out = []
+    published, out = pd.read_csv(RESOURCES / "diffusion_minutes.csv"), []
     for path in sorted(SYSTEMS.glob("*.yaml"), key=lambda p: (len(p.stem), p.stem)):  # a base first
         system = load_system(path.stem)
         for _, row in published[published["device"] == system.accelerator].iterrows():
             cell = SimpleNamespace(devices=int(row["devices"]), repeat=0)
-            work = work_of("diffusion", cell, "", config, system)
-            told = estimate(work, [], system)
+            told = estimate(work_of("diffusion", cell, "", config, system), [], system)
             minutes = told.seconds / 60 if told.seconds else None
             ratio = minutes / row["minutes"] if minutes else None
             out.append([system.name, row["device"], row["devices"], minutes, row["minutes"], ratio])
@@ -90,10 +88,9 @@ def summary(table: pd.DataFrame) -> str:
     """Per rule: the median and the worst error of the forecasts."""
     said = []
     for rule, part in table.dropna(subset=["error"]).groupby("rule"):
-        errors = part["error"].abs()
         worst = max(max(1 + e, 1 / (1 + e)) for e in part["error"])
-        said.append(f"{rule}: median error {statistics.median(errors):.0%}, worst {worst:.2f}x "
-                    f"over {len(part)} jobs")  # fmt: skip
+        said.append(f"{rule}: median error {statistics.median(part['error'].abs()):.0%}, "
+                    f"worst {worst:.2f}x over {len(part)} jobs")  # fmt: skip
     total = table.dropna(subset=["error"])[["forecast_s", "measured_s"]].sum()
     said.append(f"all: {total['forecast_s']:.0f} s forecast, {total['measured_s']:.0f} s ran")
     return "; ".join(said)
@@ -104,15 +101,13 @@ def sections(records: pd.DataFrame, results_dir: Path) -> list[Section]:
     systems = list(records["system"].unique()) if "system" in records else []
     if len(systems) != 1 or records.empty:
         return []
-    system = load_system(systems[0])
-    table = judged(seen_in(records["record"]), system)
+    table = judged(seen_in(records["record"]), load_system(systems[0]))
     if table.empty:
         return []
     write_csv(table, results_dir / "tables" / "forecast_judged.csv")
-    note = f"{NOTES['forecast']} {summary(table)}."
     shown = table.assign(error=table["error"].map(lambda e: "-" if pd.isna(e) else f"{e:+.0%}"))
-    return [Section("The forecast judged: each job beside what the others' records said", note,
-                    shown.drop(columns="basis").round(1)),
+    return [Section("The forecast judged: each job beside what the others' records said",
+                    f"{NOTES['forecast']} {summary(table)}.", shown.drop(columns="basis").round(1)),
             Section("The assumed rates judged: SR3 beside the published minutes",
                     NOTES["forecast_sr3"], sr3_judged())]  # fmt: skip
 

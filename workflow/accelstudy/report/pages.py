@@ -67,8 +67,7 @@ def write_records(records: pd.DataFrame, folder: Path) -> None:
 def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:
     """index.html and report.md of the sections; return index.html."""
     markdown = "\n\n".join([f"# {title}", intro, *(s.to_markdown() for s in sections), RECORDS])
-    title = html.escape(title)
-    body = "".join(s.to_html() for s in sections)
+    title, body = html.escape(title), "".join(s.to_html() for s in sections)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>{STYLE}</style></head><body>

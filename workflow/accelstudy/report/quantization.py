@@ -61,7 +61,7 @@ def collect_sensitivity(
         specs.setdefault((run["model"], run["task"]), []).append(read_json(path))
     frames = []
     for path in map(Path, tables):
-        model, task = map(wildcards_of("gather_sensitivity", path).get, ("model", "task"))
+        model, task = map(wildcards_of("gather_sensitivity", path).__getitem__, ("model", "task"))
         found = {bits_label(s["bits"]): s for s in specs.get((model, task), [])}
         order = bit_order(found)
         frame = pd.read_csv(path).assign(model=model, bit_lists=" / ".join(order))

@@ -3,7 +3,6 @@ memory) and, from the measurements, the fastest, the cheapest and the least-ener
 fits; planner-only where nothing was measured, labelled predicted. And the paper's rule,
 "shard only when the model does not fit", checked against the measurements."""
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -59,16 +58,14 @@ def choices(points: pd.DataFrame) -> pd.DataFrame:
                 rows.append(row | {"point": "-", "value": None, "unit": f"{unit}: not measured"})
                 continue
             best = known.iloc[(known[column] * sign).argmin()]
-            point = _label(best)
+            row |= {"point": _label(best), "value": round(float(best[column]), 6)}
             unit = f"{best['cost_unit']} per 1M tokens" if column == "cost_per_mtok" else unit
-            value = round(float(best[column]), 6)
-            others = known.drop(index=best.name)
-            alike = [_label(o) for _, o in others.iterrows()
+            alike = [_label(o) for _, o in known.drop(index=best.name).iterrows()
                      if within_each_other(_repeats(best, column), _repeats(o, column))]  # fmt: skip
             repeats = "; ".join(alike) or "every other point told apart"
             if best[f"{column}_low"] == best[f"{column}_high"]:
                 repeats = f"{ONE_REPEAT}; {repeats}"
-            rows.append(row | {"point": point, "value": value, "unit": unit, "within": repeats})
+            rows.append(row | {"unit": unit, "within": repeats})
     return pd.DataFrame(rows)
 
 
@@ -82,8 +79,7 @@ def sharding_rule(fits: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     whether "shard only when the model does not fit" holds (DDP fastest where it fits)."""
     rows = []
     for (model, system, cards), part in fits.groupby(["model", "system", "cards"]):
-        ddp = part[part["strategy"] == REPLICATED]
-        ddp_fits = bool((ddp["held_out_for"] == "").any())
+        ddp_fits = bool((part[part["strategy"] == REPLICATED]["held_out_for"] == "").any())
         ran = points[(points["model"] == model) & (points["system"] == system)]
         ran = ran[ran["cards"] == cards].dropna(subset=["tokens_per_s"])
         row = {"model": model, "system": system, "cards": cards, "ddp_fits": ddp_fits}
@@ -129,12 +125,10 @@ def sections(records: pd.DataFrame) -> list[Section]:
     points = measured_points(records)
     if points.empty:
         return []
-    checked = agreement(records)
-    checked = checked[[c for c in AGREEMENT_COLUMNS if c in checked]]
+    checked = agreement(records).filter(AGREEMENT_COLUMNS)
     agree = "Strategies train the same model: each one's losses beside DDP's"
-    agreement_section = [Section(agree, NOTES["same_model"], checked)] if not checked.empty else []
     return [
-        *agreement_section,
+        *([Section(agree, NOTES["same_model"], checked)] if not checked.empty else []),
         Section("What to run where: the fastest, cheapest and least-energy point",
                 NOTES["where"], choices(points)),
         Section("Shard only when the model does not fit: the paper's rule, checked",
@@ -142,19 +136,11 @@ def sections(records: pd.DataFrame) -> list[Section]:
     ]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """`accelstudy recommend`'s answer for one model on one system."""
-
-    fits: pd.DataFrame  # the planner's fit map over strategy x cards
-    points: pd.DataFrame  # what was measured there (measured_points)
-    estimates: pd.DataFrame  # each fitting point's forecast (report.estimates.by_point)
-
-
 def recommendation(
     model: str, system: str, configfile: Path, results: list[Path]
-) -> Recommendation:
-    """The fit map, the measured points (from `results`) and the fitting points' forecasts."""
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """`accelstudy recommend`'s answer for one model on one system: the planner's fit map over
+    strategy x cards, the measured points (from `results`) and the fitting points' forecasts."""
     config = read_config(configfile)
     fine_tuned = config["finetune"]["models"]
     problem = f"'{model}' is not fine-tuned by {configfile}; name one of {fine_tuned}"
@@ -168,6 +154,4 @@ def recommendation(
     points = points[(points["model"] == model) & (points["system"] == system)]
     holes = held_out(planned, StudyLayout(config, system))
     own = [p for p in paths if system in p.parts]
-    return Recommendation(
-        pd.DataFrame(planned), points, point_estimates(config, machine, own, holes)
-    )
+    return pd.DataFrame(planned), points, point_estimates(config, machine, own, holes)

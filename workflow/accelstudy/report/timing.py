@@ -16,8 +16,7 @@ JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", "startup_s", "measured_s
 def benchmarks(*roots: Path) -> pd.DataFrame:
     """A row per <root>/benchmarks/<rule>[/<job>].tsv (the study's shared rules, the system's
     measuring rules): the job's last run (Snakemake appends repeats)."""
-    rows = []
-    folders = [root / "benchmarks" for root in roots]
+    rows, folders = [], [root / "benchmarks" for root in roots]
     for path, folder in sorted((p, f) for f in folders for p in f.rglob("*.tsv")):
         rule, *job = path.relative_to(folder).with_suffix("").parts
         last = pd.read_csv(path, sep="\t").iloc[-1]

@@ -7,21 +7,17 @@ import pandas as pd
 
 from accelstudy.report.pages import NOTES, Section, write_csv
 
-JOB = [
-    "stage", "system", "model", "task", "method", "protocol", "strategy", "attention", "cards",
-    "devices", "compute_dtype",
-]  # fmt: skip
-TFLOPS_COLUMNS = {
-    "achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s", "mfu": "MFU",
-}  # fmt: skip
+JOB = ["stage", "system", "model", "task", "method", "protocol", "strategy", "attention", "cards"]
+JOB += ["devices", "compute_dtype"]
+TFLOPS_COLUMNS = {"achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s"}
+TFLOPS_COLUMNS |= {"mfu": "MFU", "peak_source": "peak source"}
 
 
 def per_job(records: pd.DataFrame) -> pd.DataFrame:
     """A row per record that ran: what it was, achieved and peak TFLOP/s, MFU, the peak's source."""
     ran = records[records["stage"] != "sensitivity"].dropna(subset=["achieved_tflops"])
     columns = [c for c in JOB if c in ran and ran[c].notna().any()]
-    table = ran[[*columns, *TFLOPS_COLUMNS, "peak_source"]].rename(columns=TFLOPS_COLUMNS)
-    return table.rename(columns={"peak_source": "peak source"}).reset_index(drop=True)
+    return ran[[*columns, *TFLOPS_COLUMNS]].rename(columns=TFLOPS_COLUMNS).reset_index(drop=True)
 
 
 def per_stage(records: pd.DataFrame) -> pd.DataFrame:
