@@ -124,12 +124,10 @@ def print_recommendation(model: str, system: str, configfile: Path, results: lis
     else:
         replicated = fitting[fitting["strategy"] == REPLICATED]
         pick = (fitting if replicated.empty else replicated).sort_values("cards").iloc[0]
-        label = labels()[REPLICATED]
-        why = f"{label} does not fit at any card count" if replicated.empty else f"{label} fits"
-        why += "" if replicated.empty else ": the paper's rule"
+        why = "does not fit at any card count" if replicated.empty else "fits: the paper's rule"
         print(
             f"predicted (planner only, nothing measured on {system}): {pick['strategy']} on "
-            f"{pick['cards']} cards, the fewest that fit ({why})"
+            f"{pick['cards']} cards, the fewest that fit ({labels()[REPLICATED]} {why})"
         )
     print(sharding_rule(fits, points).to_string(index=False))
     if told.empty:

@@ -25,7 +25,7 @@ from typing import Any
 
 from accelstudy import flops, models, points
 from accelstudy.cost import Allocation, charged
-from accelstudy.layout import STAGE_RULE, StudyLayout, record_files
+from accelstudy.layout import OUTPUTS, STAGE_RULE, StudyLayout, record_files
 from accelstudy.paths import RESOURCES
 from accelstudy.pruning import chunk_sizes, targets_per_layer
 from accelstudy.snapshots import weights_dir
@@ -63,8 +63,8 @@ class Work:
 
     @property
     def point(self) -> str:
-        """The job without its repeat: the plan's row."""
-        return self.output.split("/repeat-")[0]
+        """The job without its repeat (a sweep point's repeats share a folder): the plan's row."""
+        return str(Path(self.output).parent) if "{repeat}" in OUTPUTS[self.rule] else self.output
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import pandas as pd
 
 from accelstudy.accounting import ran_during
 from accelstudy.files import read_json
+from accelstudy.layout import beside
 
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
 RECORD_KEYS = ("study", "stage", "system", "device", "model", "task", "method")
@@ -104,7 +105,7 @@ def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
 
 def items_of(record: str | None) -> pd.DataFrame | None:
     """The items an evaluation record's job wrote beside it (None: a record from before)."""
-    path = Path(record or "-").with_suffix(".items.parquet")
+    path = Path(beside(record or "-", "items"))
     return pd.read_parquet(path) if path.is_file() else None
 
 

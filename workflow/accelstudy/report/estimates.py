@@ -14,7 +14,7 @@ import pandas as pd
 from accelstudy.config import read_config
 from accelstudy.finetune.planner import plan_sweep
 from accelstudy.forecast import Seen, StudyEstimates, estimate, rows, seen_in, work_of
-from accelstudy.layout import StudyLayout
+from accelstudy.layout import StudyLayout, job_name
 from accelstudy.paths import PROJECT_ROOT, RESOURCES, SYSTEMS
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.systems import load_system
@@ -121,5 +121,5 @@ def point_estimates(
     jobs = pd.DataFrame(rows([f for f in study.all() if f.work.rule == "finetune"], system))
     if jobs.empty:
         return jobs
-    point = jobs["point"].str.removeprefix(f"{study.layout.measured}/finetune/")
+    point = jobs["point"].map(lambda p: job_name(Path(p).relative_to(study.layout.measured)))
     return by_point(jobs.assign(point=point)[~jobs["job"].isin(holes)])

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from accelstudy.layout import beside
 from accelstudy.paths import RESOURCES
 from accelstudy.report.collect import joined
 from accelstudy.report.figures import draw
@@ -53,7 +54,7 @@ def scaling(frame: pd.DataFrame, by: str, ran: pd.DataFrame | None = None) -> pd
 def diffusion_runs(records: pd.DataFrame) -> pd.DataFrame:
     """A row per SR3 record: minutes, speed-up over its system's one device, its samples npz."""
     runs = records[records["stage"] == "diffusion"]
-    samples = [Path(r).with_suffix(".samples.npz") for r in runs["record"]]
+    samples = [Path(beside(r, "samples")) for r in runs["record"]]
     runs = runs.assign(samples=pd.Series(samples, index=runs.index, dtype=object))
     if runs.empty:
         return runs
