@@ -111,8 +111,8 @@ def decoder_sizes(config: Mapping[str, Any], model: str) -> dict[str, Any] | Non
         tiny = {name: p.default for name, p in defaults} | spec.get("tiny", {})
         sizes = {name: tiny[key] for name, key in COUNTED.items()}
         return sizes | {"num_key_value_heads": tiny["kv_heads"]}
-    prepared = weights_dir(Path(config["results_dir"], config["study"], "models", model))
-    for folder in (RESOURCES / "models" / model, prepared):
+    prepared = StudyLayout(config, config["system"]).path("prepare_model", model=model)
+    for folder in (RESOURCES / "models" / model, weights_dir(Path(prepared))):
         if (folder / "config.json").is_file():
             found = json.loads((folder / "config.json").read_text())
             return found if set(found) >= set(COUNTED) else None  # a decoder flops.py can count

@@ -12,6 +12,8 @@ import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from accelstudy.errors import ConfigError
+from accelstudy.forecast import DTYPE_BYTES
+from accelstudy.layout import StudyLayout
 from accelstudy.models import load_model_config
 from accelstudy.paths import RESOURCES
 from accelstudy.peak import peak, resolve_dtype
@@ -20,7 +22,6 @@ from accelstudy.snapshots import weights_dir
 from accelstudy.strategies import STRATEGIES
 from accelstudy.systems import System
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Beyond the tensors counted here, stated, not fitted per point: cpu, allocator slack, thread
 # pools, oneDNN's reordered bf16 weights; cuda, context and cuBLAS workspaces; hpu, the runtime.
 FRAMEWORK_OVERHEAD = {"cpu": 0.3e9, "cuda": 1.0e9, "hpu": 2.0e9}
@@ -196,7 +197,7 @@ def plan_point(
 
 def model_source(config: Mapping[str, Any], model: str) -> Path:
     """resources/models/<name> (the paper's models, planned offline), else the prepared model."""
-    prepared = Path(config["results_dir"], config["study"], "models", model)
+    prepared = Path(StudyLayout(config, config["system"]).path("prepare_model", model=model))
     for path in (RESOURCES / "models" / model, prepared):
         if (weights_dir(path) / "config.json").is_file():
             return path
