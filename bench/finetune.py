@@ -65,7 +65,7 @@ def main() -> int:
         held = sum(metrics["model_state_bytes"][0][k] for k in STATES)
         peak = metrics["peak_memory_bytes"]
         print(
-            f"{strategy:6s} 2 processes: {metrics['tokens_per_s']:8.1f} tokens/s "
+            f"ratio: {strategy:6s} 2 processes: {metrics['tokens_per_s']:8.1f} tokens/s "
             f"({metrics['tokens_per_s'] / base:.2f}x DDP) | planner: model states "
             f"{predicted.model_states / held - 1:+.1%} vs counted, peak "
             f"{predicted.total / peak - 1:+.1%} vs measured ({peak / 2**30:.2f} GiB)"

@@ -60,7 +60,7 @@ def main() -> int:
         )
         speedup = times["separate"] / times["shared"]
         print(
-            f"{task:9s} items={len(inputs)} shared={times['shared']:.2f}s "
+            f"ratio: {task} items={len(inputs)} shared={times['shared']:.2f}s "
             f"(one item per batch {times['shared-1']:.2f}s) separate={times['separate']:.2f}s "
             f"padded-batch={times['padded']:.2f}s | speed-up vs separate {speedup:.2f}x, "
             f"vs padded batch {times['padded'] / times['shared']:.2f}x, one item per batch vs "

@@ -11,24 +11,29 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
-from accelstudy.peak import cpu_model_and_flags, probe, probe_key
+sys.path.insert(0, str(Path(__file__).parent))
+
+from accelstudy.peak import cpu_model_and_flags, probe_key
 from accelstudy.report import collect, utilization
+from common import gemm_rates
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results/default"))
+    parser.add_argument("--tiny", action="store_true", help="a quick probe, not cached")
     args = parser.parse_args()
     model, flags = cpu_model_and_flags()
     shown = sorted({"avx2", "avx512f", "avx512_bf16", "amx_bf16"} & set(flags))
     print(f"CPU: {model} ({', '.join(shown) or 'no AVX2'}); torch kernels: {probe_key(1)}")
     for threads in sorted({1, os.cpu_count() or 1}):
-        rates = probe(threads)["flops_per_s"]
+        rates = gemm_rates(threads, args.tiny)
         ratio = rates["bfloat16"] / rates["float32"]
         print(
-            f"  {threads} thread(s): float32 {rates['float32'] / 1e9:7.1f} GFLOP/s, bfloat16 "
+            f"ratio: {threads} thread(s): float32 {rates['float32'] / 1e9:7.1f} GFLOP/s, bfloat16 "
             f"{rates['bfloat16'] / 1e9:7.1f} GFLOP/s: bfloat16/float32 {ratio:.2f}x"
         )
     records = sorted(map(str, args.results.glob("**/*.json")))

@@ -15,8 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from accelstudy.data.standin import standin_rows
 from accelstudy.evaluate.perplexity import block_loss, paper_blocks
 from accelstudy.flops import forward_per_token
-from accelstudy.peak import probe
-from common import best_of, load_model, parse_args, set_threads
+from common import best_of, gemm_rates, load_model, parse_args, set_threads
 
 
 def main() -> int:
@@ -28,11 +27,10 @@ def main() -> int:
     seconds = best_of(lambda: [block_loss(model, blocks[i : i + batch]) for i in (0, batch)], 2)
     tokens_per_s = blocks.numel() / seconds
     achieved = tokens_per_s * forward_per_token(model.config.to_dict(), block)
-    peak = probe(args.threads)["flops_per_s"]["float32"]  # the study's own limit, measured now
+    peak = gemm_rates(args.threads, args.tiny)["float32"]  # the study's own limit, measured now
     print(
-        f"threads={args.threads} perplexity: {tokens_per_s:.0f} tokens/s = {achieved / 1e9:.1f} "
-        f"GFLOP/s; fp32 GEMM probe: {peak / 1e9:.1f} GFLOP/s; "
-        f"MFU: {achieved / peak:.0%}"
+        f"ratio: MFU {achieved / peak:.3f}x: threads={args.threads} perplexity: {tokens_per_s:.0f} "
+        f"tokens/s = {achieved / 1e9:.1f} GFLOP/s; fp32 GEMM probe: {peak / 1e9:.1f} GFLOP/s"
     )
     return 0
 

@@ -76,6 +76,104 @@ def test_a_bad_config_value_is_one_line(change, says):
     one_line(error, says)
 
 
+def changed(changes: dict) -> dict:
+    """The tiny study with dotted keys set."""
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        node = config
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return config
+
+
+LOCAL = {"source": "local", "files": {"validation": "b.jsonl"}}
+ROW = b'{"question": "q", "passage": "p", "answer": true}\n'
+# (keys changed, the local file's bytes, what the line says): refused before any job
+BEFORE_ANY_JOB = [
+    ({"diffusion.total_iterations": 2}, None,  # 2 devices: 1 iteration each, the warm-up's
+     "'diffusion.total_iterations': diffusion.total_iterations 2 over 2 devices is 1 per device"),
+    ({"finetune.max_steps": 1}, None,
+     "'finetune.max_steps': finetune.max_steps 1 leaves no step to time after finetune.throughput_warmup_steps 1: set max_steps to at least 2"),
+    ({"ptq.bit_lists": [[16, 8, 3]]}, None,
+     "'ptq.bit_lists.0': recipe 'nvidia' stores [4, 8, 16] bits only: [3] would be stored at another width"),
+    ({"ptq.chunks": 5}, None, "'ptq.chunks': 5 chunks, but model 'tiny' has 4 layer targets (4 layers) to scan; set ptq.chunks to at most 4"),
+    ({"seed": 2**32}, None, "'seed': 4294967296 is greater than the maximum of 4294967295"),
+    ({"finetune.lora.dropout": 1}, None, "'finetune.lora.dropout': 1 is greater than or equal to the maximum of 1"),
+    ({"diffusion.model.dropout": 1.0}, None, "'diffusion.model.dropout'"),
+    ({"diffusion.model.inner_channels": 3}, None, "'diffusion.model.inner_channels': 3 is less than the minimum of 4"),
+    ({"diffusion.model.inner_channels": 48}, None, "48 channels at level 0 do not divide into diffusers' 32 norm groups"),
+    ({"diffusion.model.inner_channels": 4, "diffusion.model.attention_resolutions": [16]}, None,
+     "'diffusion.model.inner_channels': attention at 16 pixels has 4 channels, fewer than one 8-channel head"),
+    ({"diffusion.quality.sampling_steps": 30, "diffusion.schedule.steps": 20}, None,
+     "'diffusion.quality.sampling_steps': 30 sampling steps, but the schedule has 20"),
+    ({"diffusion.data.patches": 6}, None, "'diffusion.data.patches': 6 images over 2 devices leave 3 per device, no batch of 4; set patches to at least 8"),
+    ({"models.tiny.tiny": {"hidden": 36, "heads": 4, "kv_heads": 2}}, None, "'models.tiny.tiny.hidden': 9 per head (hidden / heads), but RoPE needs an even number"),
+    ({"results_dir": "config"}, None, "'results_dir': 'config' is inside this repository's source"),
+    ({"results_dir": "."}, None, "'results_dir': '.' is inside this repository's source"),
+    ({"results_dir": "workflow/out"}, None, "'results_dir': 'workflow/out' is inside"),
+    ({"results_dir": "tests/../resources"}, None, "'results_dir': 'tests/../resources' is inside"),
+    ({"tasks.boolq": LOCAL}, b"", "'tasks.boolq.files.validation': 'b.jsonl' is empty; give the split's rows"),
+    ({"tasks.boolq": LOCAL}, b"\n \n", "'b.jsonl' is empty"),
+    ({"tasks.boolq": LOCAL}, b"\xef\xbb\xbf" + ROW, "'b.jsonl' starts with a byte-order mark the JSON reader refuses; save it without"),
+    ({"tasks.boolq": LOCAL}, ROW + ROW[:-3] + b"\n" + ROW, "'tasks.boolq.files.validation': 'b.jsonl' line 2 is not valid JSON (Expecting value); fix or delete that line"),
+    ({"tasks.boolq": LOCAL}, ROW + b"[1, 2]\n", "'b.jsonl' line 2 is not a JSON object"),
+    ({"tasks.boolq": LOCAL}, ROW + b"\xff\n", "'b.jsonl' line 2 column 1 is not UTF-8; save the file as UTF-8"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("changes", "data", "says"), BEFORE_ANY_JOB,
+                         ids=[f"{'+'.join(c)}-{i}" for i, (c, _, _) in enumerate(BEFORE_ANY_JOB)])  # fmt: skip
+def test_a_value_that_would_fail_inside_a_job_stops_before_any(changes, data, says, tmp_path):
+    """What a job would refuse (or run to no measurement), named before any job runs, by key,
+    file and line; the files around it untouched."""
+    from accelstudy.paths import PROJECT_ROOT
+
+    if data is not None:
+        (tmp_path / "b.jsonl").write_bytes(data)
+    before = snapshot(tmp_path)
+    base = PROJECT_ROOT if "results_dir" in changes else tmp_path
+    with pytest.raises(StudyError) as error:
+        validate_study(changed(changes), base_dir=base)
+    one_line(error, says)
+    assert snapshot(tmp_path) == before
+
+
+def test_results_and_widths_that_work_are_accepted(tmp_path):
+    """The default results/ (ignored by git), a folder outside; the fake recipe's any width."""
+    from accelstudy.paths import PROJECT_ROOT
+
+    for results in ("results", str(tmp_path / "out")):
+        validate_study(changed({"results_dir": results}), base_dir=PROJECT_ROOT)
+    validate_study(changed({"ptq.bit_lists": [[16, 8, 3]], "ptq.recipes": ["fake"]}))
+    validate_study(changed({"diffusion.total_iterations": 3}))  # 2 each on 2 devices: 1 timed
+
+
+def test_a_bad_data_file_read_by_its_job_names_the_line(tmp_path):
+    """The job's reader says the same line (pandas would name a byte position)."""
+    from accelstudy.data.sources import read_local
+
+    bad = tmp_path / "b.jsonl"
+    bad.write_bytes(ROW + b'{"question": "q",\n')
+    with pytest.raises(StudyError) as error:
+        read_local(bad)
+    one_line(error, f"data file '{bad}' line 2 is not valid JSON")
+
+
+def test_items_longer_than_the_context_are_counted_in_the_record(tiny, cpu, standin):
+    """Scored on what is left of them (possibly nothing), and counted: `truncated_items`."""
+    from accelstudy.evaluate import evaluate_task
+
+    model, tokenizer = tiny
+    rows = standin["boolq"][:4]
+    for max_length, truncated in ((2048, 0), (8, 4)):
+        settings = {"boolq_max_length": max_length, "lm_eval_max_length": max_length}
+        for protocol in ("paper", "lm-eval"):
+            metrics, _ = evaluate_task(model, tokenizer, "boolq", protocol, rows, settings, cpu)
+            assert metrics["truncated_items"] == truncated, (protocol, max_length)
+
+
 def test_a_zero_card_target_is_no_job(tmp_path):
     """`cards-0` does not match the wildcard: no job, not a ZeroDivisionError inside one."""
     from accelstudy.targets import StudyTargets

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from accelstudy.cli import main
 
 from tests.conftest import ROOT
@@ -56,3 +57,18 @@ def test_prepare_data_with_a_bad_value_is_one_line(tmp_path):
     assert result.returncode == 2 and not out.exists()
     assert result.stderr.strip().count("\n") == 0
     assert "row 1: column 'answer' value 'maybe'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [(["--config", "seed=1"], "unrecognized arguments: --config seed=1; only snakemake takes "
+      "--config: put those keys in the --configfile file"),
+     (["--configf", "x.yaml"], "unrecognized arguments: --configf x.yaml")],
+)  # fmt: skip
+def test_no_option_is_abbreviated(extra, says, capsys):
+    """`--config k=v` was taken as argparse's prefix of --configfile: now one line."""
+    configfile = str(ROOT / "config" / "config.yaml")
+    with pytest.raises(SystemExit) as exit_:
+        main(["check-config", "--configfile", configfile, *extra])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and err.count("\n") == 0 and says in err, err

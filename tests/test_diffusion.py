@@ -245,12 +245,17 @@ def test_the_papers_network_is_sr3s_size():
 
 
 def test_strong_scaling_iterations():
-    from accelstudy.diffusion.train import iterations_for
     from accelstudy.points import DiffusionPoint
 
-    paper = DiffusionPoint(total_iterations=40000)
-    assert [iterations_for(paper, n) for n in (1, 2, 4)] == [40000, 20000, 10000]
-    assert iterations_for(DiffusionPoint(total_iterations=5), 2) == 3
+    paper = DiffusionPoint(total_iterations=40000, warmup_iterations=5)
+    points = [paper.replace(devices=n) for n in (1, 2, 4)]
+    assert [p.iterations_per_device for p in points] == [40000, 20000, 10000]
+    assert DiffusionPoint(total_iterations=5, devices=2).iterations_per_device == 3
+    assert not any(p.untimed() for p in points)
+    # 4 iterations over 4 devices: 1 each, all warm-up; 5 is the least that times one (2 each)
+    nothing = DiffusionPoint(total_iterations=4, warmup_iterations=1, devices=4).untimed()
+    assert nothing and "total_iterations to at least 5" in nothing and "\n" not in nothing
+    assert DiffusionPoint(total_iterations=5, warmup_iterations=1, devices=4).untimed() is None
 
 
 def run_point(pairs, tmp_path, devices: int, env: dict | None = None):

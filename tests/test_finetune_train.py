@@ -150,11 +150,11 @@ def test_another_error_exits_non_zero_and_writes_nothing(tmp_path):
 
 def test_one_process_without_torchrun(model_dir, tmp_path):
     out = tmp_path / "result.json"
-    point = make_point("zero3", cards=1, dtype="float32", max_steps=2)
+    point = make_point("zero3", cards=1, dtype="float32", max_steps=2, throughput_warmup_steps=1)
     finished = run_worker(point, model_dir, out, processes=0)
     assert finished.returncode == 0, finished.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["world_size"] == 1 and result["metrics"]["throughput_warmup_steps"] == 0
+    assert result["world_size"] == 1 and result["metrics"]["throughput_warmup_steps"] == 1
     assert result["metrics"]["model_state_bytes"][0]["master_fp32"] > 0
 
 

@@ -1,17 +1,19 @@
 """`make study` after a killed run: only the lock of a run of ours whose process is gone from
-this host is removed; a live run's, another host's or a hand-started run's lock stays."""
+this host is removed; a live run's, another host's or a hand-started run's lock stays, named
+with the command that was refused; a dry run is never refused."""
 
 from __future__ import annotations
 
 import json
 import platform
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from accelstudy.locks import OWNER, LockHeldError, unlock_if_stale
+from accelstudy.locks import OWNER, LockHeldError, is_dry_run, unlock_if_stale
 
 
 def _lock(directory: Path, host: str | None = None, pid: int | None = None) -> Path:
@@ -65,7 +67,7 @@ def test_a_live_runs_lock_stays(running):
 
 
 @pytest.mark.parametrize(("host", "says"), [("login02", "process 4242 on host login02"),
-                                            (None, "a Snakemake not started by make")])  # fmt: skip
+                                            (None, "a Snakemake started by hand")])  # fmt: skip
 def test_another_hosts_or_a_hand_started_lock_stays(tmp_path, host, says):
     locks = _lock(tmp_path, host, 4242)
     with pytest.raises(LockHeldError, match=says):
@@ -98,3 +100,36 @@ def test_a_snakemake_left_running_by_a_killed_owner_keeps_its_lock(running):
     with pytest.raises(LockHeldError, match=f"Snakemake \\(pid {pid}\\) is running in"):
         unlock_if_stale(workdir)
     assert locks.is_dir()
+
+
+def test_a_refused_lock_names_the_command_that_was_run(tmp_path):
+    """Not `make study` when the user ran something else: their command, to unlock and rerun."""
+    locks = _lock(tmp_path)  # a plain `snakemake` run, killed: no owner noted
+    marker = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')", "--cores", "1"]
+    done = subprocess.run([sys.executable, "-m", "accelstudy", "snakemake", *command],
+                          cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    line = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in line and "make study" not in line, line
+    assert f"`{shlex.join([*command, '--unlock'])}` there, then run `{shlex.join(command)}`" in line
+    assert not marker.exists() and (locks / "0.output.lock").is_file()
+
+
+@pytest.mark.parametrize("flag", ["-n", "--dry-run", "--dryrun", "-np"])
+def test_a_dry_run_is_never_refused_for_a_lock(tmp_path, flag):
+    """Snakemake's dry run takes no lock: it runs, the lock and the owner note left alone."""
+    locks = _lock(tmp_path, "login02", 4242)
+    owner = (tmp_path / OWNER).read_text()
+    marker = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')", flag]
+    done = subprocess.run([sys.executable, "-m", "accelstudy", "snakemake", *command],
+                          cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert marker.exists() and (locks / "0.output.lock").is_file()
+    assert (tmp_path / OWNER).read_text() == owner
+
+
+@pytest.mark.parametrize(("args", "dry"), [(["-n"], True), (["-pn"], True), (["--dry-run"], True),
+    (["--cores", "2"], False), (["-s", "Snakefile"], False), (["--notemp"], False)])  # fmt: skip
+def test_what_counts_as_a_dry_run(args, dry):
+    assert is_dry_run(["snakemake", *args]) is dry

@@ -43,6 +43,25 @@ def test_invalid_record_is_not_written(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("stage", "metrics", "valid"),
+    [
+        ("baseline", {"tokens_per_s": 0.0}, False),  # ran, nothing timed
+        ("diffusion", {"images_per_s": 0.0, "status": "ok"}, False),
+        ("diffusion", {"images_per_s": -2.5, "status": "ok"}, False),
+        ("diffusion", {"images_per_s": 0.1, "status": "ok"}, True),
+        ("finetune", {"status": "unsupported"}, True),  # did not run: no rate at all
+    ],
+)
+def test_a_measurement_that_ran_has_a_rate_above_zero(stage, metrics, valid, tmp_path):
+    ran = record(stage=stage, metrics={"wall_time_s": 1.0, "peak_memory_bytes": 1, **metrics})
+    if valid:
+        write_record(tmp_path / "r.json", ran)
+    else:
+        with pytest.raises(jsonschema.ValidationError, match="less than or equal to the minimum"):
+            write_record(tmp_path / "r.json", ran)
+
+
 def test_failure_mid_write_keeps_the_old_file_and_no_temp(tmp_path):
     target = tmp_path / "out.json"
     target.write_text('{"old": true}')

@@ -7,7 +7,7 @@ import pkgutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from accelstudy.errors import StudyError
 from accelstudy.options import argument
@@ -173,8 +173,21 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
 }  # fmt: skip
 
 
+class Parser(argparse.ArgumentParser):
+    """A bad command line as one line on stderr and exit status 2, as any bad input; no option
+    abbreviated (`--config k=v` is never `--configfile`)."""
+
+    def __init__(self, **keywords: Any) -> None:
+        super().__init__(**{**keywords, "allow_abbrev": False})
+
+    def error(self, message: str) -> NoReturn:
+        if "--config" in message.split():
+            message += "; only snakemake takes --config: put those keys in the --configfile file"
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="accelstudy", description=__doc__)
+    parser = Parser(prog="accelstudy", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     for command, (text, _, options) in COMMANDS.items():

@@ -2,6 +2,7 @@
 fault and what is expected, so a user can fix the YAML without reading a traceback."""
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
@@ -13,6 +14,8 @@ import yaml
 
 from accelstudy.errors import require, schema_error
 from accelstudy.options import schema
+from accelstudy.paths import PROJECT_ROOT
+from accelstudy.recipes import RECIPES
 from accelstudy.tasks import TASKS
 
 
@@ -61,6 +64,7 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
     if errors := list(validator.iter_errors(config)):
         raise schema_error(errors)
     base = base_dir or Path.cwd()
+    _check_results_dir(config["results_dir"], base)
     for name, model in config["models"].items():
         _check_model(name, model, base)
     for name, task in config["tasks"].items():
@@ -89,6 +93,26 @@ def _check_ptq(config: dict[str, Any]) -> None:
             layers = tiny.get("layers")
             fewer = f"{len(bits)} clusters but model '{model_name}' has only {layers} layers"
             require(layers is None or len(bits) <= layers, f"ptq.bit_lists.{i}", fewer)
+        for recipe in (RECIPES[name] for name in ptq["recipes"]):
+            odd, name = sorted(set(bits) - set(recipe.widths or bits)), recipe.name
+            problem = f"recipe '{name}' stores {list(recipe.widths)} bits only: {odd} would be "
+            problem += f"stored at another width while the record says {odd}; use those widths"
+            require(not odd, f"ptq.bit_lists.{i}", f"{problem} or drop '{name}' from ptq.recipes")
+
+
+def _check_results_dir(results_dir: str, base: Path) -> None:
+    """Results inside the source tree would mix outputs with tracked files: the repository root
+    and its folders git does not ignore are refused (results/, the default, is ignored)."""
+    root, results = PROJECT_ROOT, (base / results_dir).resolve()
+    if not (root / "Snakefile").is_file():  # an installed package: no source tree here
+        return
+    ignore = root / ".gitignore"
+    ignored = [p.strip("/") for p in ignore.read_text().split()] if ignore.is_file() else []
+    folders = [d for d in root.iterdir() if d.is_dir() and d.name != "results"
+               and not any(fnmatch.fnmatch(d.name, p) for p in ignored)]  # fmt: skip
+    inside = results == root or any(results.is_relative_to(d) for d in folders)
+    problem = f"'{results_dir}' is inside this repository's source ({root}); use results (the "
+    require(not inside, "results_dir", problem + "default, which git ignores) or a folder outside")
 
 
 def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
@@ -107,6 +131,9 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
         tiny = model["tiny"]
         for size, by in [("hidden", "heads"), ("heads", "kv_heads")]:
             require(not tiny[size] % tiny[by], f"{key}.tiny.{size}", f"must be divisible by {by}")
+        per_head = tiny["hidden"] // tiny["heads"]
+        rope = f"{per_head} per head (hidden / heads), but RoPE needs an even number"
+        require(not per_head % 2, f"{key}.tiny.hidden", rope)
 
 
 def _check_task(name: str, task: dict[str, Any], base: Path) -> None:

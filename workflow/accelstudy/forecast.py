@@ -175,7 +175,7 @@ def point_work(
     else:  # SR3's strong scaling: iterations x devices fixed
         rule, kind, cards = "diffusion", ("sr3",), point.devices
         per_step, warm = point.batch_per_device * cards, point.warmup_iterations
-        steps = math.ceil(point.total_iterations / cards) - warm
+        steps = point.iterations_per_device - warm
     if per_unit is None:
         return Work(rule, output, model, kind, cards, dtype, None)
     timed, warm_flops = steps * per_step * per_unit, warm * per_step * per_unit

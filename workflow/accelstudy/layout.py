@@ -55,6 +55,13 @@ def wildcards_of(rule: str, path: str | Path) -> dict[str, str]:
     return found.groupdict()
 
 
+def results_of(rule: str, path: str | Path) -> Path:
+    """The study's results folder holding one of the rule's outputs (ValueError: not one)."""
+    wildcards_of(rule, path)
+    depth = OUTPUTS[rule].count("/") + OUTPUTS[rule].startswith("{measured}")
+    return Path(path).parents[depth - 1]
+
+
 class PlannedJob(NamedTuple):
     rule: str
     wildcards: dict[str, Any]

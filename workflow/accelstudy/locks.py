@@ -1,14 +1,18 @@
 """`make study` and Snakemake's lock: a killed run leaves `.snakemake/locks/` ("Directory cannot
 be locked" next time), and Snakemake's lock files name no host. So each `make study` run notes
 its host and process beside them while it runs; only a lock whose noted process is gone from
-this host is removed, any other (another host's, a run started by hand) stays, its owner named."""
+this host is removed, any other (another host's, a run started by hand) stays, its owner named.
+A dry run takes no lock (Snakemake's neither), so it is never refused for one."""
 
 import contextlib
 import json
 import os
 import platform
+import re
+import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -23,25 +27,28 @@ class LockHeldError(StudyError, RuntimeError):
     """Snakemake's lock belongs to a run that may still be working here."""
 
 
-def unlock_if_stale(directory: Path) -> str:
-    """Remove the lock of a run of ours that died on this host; say so in one line (or "")."""
+def unlock_if_stale(directory: Path, command: Sequence[str] = ()) -> str:
+    """Remove the lock of a run of ours that died on this host; say so in one line (or ""). A
+    lock that stays names the `command` that was refused, to unlock with and to run again."""
     locks = Path(directory) / ".snakemake" / "locks"
     if not any(locks.glob("*.lock")):
         return ""
     owner_file = Path(directory) / OWNER
     owner = read_json(owner_file) if owner_file.is_file() else {}
+    again = f"run `{shlex.join(command)}` again" if command else "run your command again"
     host, pid = owner.get("host"), owner.get("pid")
     if host != platform.node() or not isinstance(pid, int):
-        who = f"process {pid} on host {host}" if host else "a Snakemake not started by make"
+        who = f"process {pid} on host {host}" if host else "a Snakemake started by hand (or killed)"
+        unlock = shlex.join([*command, "--unlock"]) if command else "snakemake --unlock"
         raise LockHeldError(
             f"{directory} is locked by {who}: wait for it, or, once sure it has stopped, run "
-            "`snakemake --unlock` there, then `make study` again"
+            f"`{unlock}` there, then {again}"
         )
     # the noted process, or a Snakemake it left running here (its owner killed outright)
     if alive := [pid] if _is_snakemake(pid) else _snakemakes_in(Path(directory)):
         raise LockHeldError(
             f"Snakemake (pid {alive[0]}) is running in {directory}: wait for it, or stop it, then "
-            f"run `make study` again (check with `ps -fp {alive[0]}`)"
+            f"{again} (check with `ps -fp {alive[0]}`)"
         )
     shutil.rmtree(locks)
     return f"Removed the lock of a killed run in {directory} (process {pid} on {host} is gone).\n"
@@ -73,13 +80,21 @@ def _is_snakemake(pid: int) -> bool:
         return True
 
 
+def is_dry_run(command: Sequence[str]) -> bool:
+    """-n, --dry-run (--dryrun), or -n among bundled short flags (-np)."""
+    return any(a in ("--dry-run", "--dryrun") or re.fullmatch(r"-[pqrkFT]*n[pqrkFT]*", a)
+               for a in command)  # fmt: skip
+
+
 def run_snakemake(directory: Path, command: list[str]) -> int:
     """unlock_if_stale, then run `command` with this process noted as the lock's owner for as
     long as it runs: once it has ended the note goes, so a lock a later run takes (by hand, or
-    from another host) is never taken for this one's."""
+    from another host) is never taken for this one's. A dry run just runs: it takes no lock."""
     if not command:
         raise StudyError("give the command to run: accelstudy snakemake snakemake --cores 2 ...")
-    print(unlock_if_stale(directory), end="", flush=True)
+    if is_dry_run(command):
+        return subprocess.call(command)
+    print(unlock_if_stale(directory, command), end="", flush=True)
     owner_file = Path(directory) / OWNER
     owner_file.parent.mkdir(exist_ok=True)
     owner = {"host": platform.node(), "pid": os.getpid(), "command": command}

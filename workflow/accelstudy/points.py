@@ -4,6 +4,7 @@ carries only the config values its job depends on, so editing one knob re-runs o
 import dataclasses
 import itertools
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -90,6 +91,14 @@ class FinetunePoint(Point):
         """Samples one rank consumes per optimiser step."""
         return self.per_device_batch * self.grad_accum
 
+    def untimed(self) -> str | None:
+        """Why this point would time no step after its throughput warm-up (None: it times some)."""
+        if self.max_steps > self.throughput_warmup_steps:
+            return None
+        return (f"finetune.max_steps {self.max_steps} leaves no step to time after "
+                f"finetune.throughput_warmup_steps {self.throughput_warmup_steps}: set "
+                f"max_steps to at least {self.throughput_warmup_steps + 1}")  # fmt: skip
+
     def hpu_mode(self) -> str:
         """lazy as the authors ran DDP and ZeRO-3; compile for FSDP (Gaudi needs it) or if asked"""
         compiled = STRATEGIES[self.strategy].hpu_compile or self.gaudi_mode == "compile"
@@ -118,6 +127,21 @@ class DiffusionPoint(Point):
     device: str | None = None
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("device",)
+
+    @property
+    def iterations_per_device(self) -> int:
+        """Strong scaling: the fixed work is iterations x ranks, as the authors' n_iter."""
+        return math.ceil(self.total_iterations / self.devices)
+
+    def untimed(self) -> str | None:
+        """Why this point would time no iteration after its warm-up (None: it times some)."""
+        if self.iterations_per_device > self.warmup_iterations:
+            return None
+        return (f"diffusion.total_iterations {self.total_iterations} over {self.devices} devices "
+                f"is {self.iterations_per_device} per device, none after "
+                f"diffusion.warmup_iterations {self.warmup_iterations}: set total_iterations to "
+                f"at least {self.warmup_iterations * self.devices + 1} (or lower "
+                "warmup_iterations or drop that count from devices)")  # fmt: skip
 
 
 # the fields a point takes from its config block (the rest: wildcards, seed, data, device)

@@ -11,6 +11,8 @@ class Recipe:
     compute_dtype: str | None  # None: the study's evaluation dtype (nvidia casts per matmul)
     label: str  # as the paper labels it
     function: str  # "module:function" applying it: (job, model, bits) -> RecipeResult
+    widths: tuple[int, ...] = ()  # the bit widths it stores as such; (): any (simulated, or a
+    # rule: fp8 keeps 16 in BF16 and stores every lower width in FP8; bf16 ignores the bits)
 
 
 QUANTIZE = "accelstudy.ptq.quantize"
@@ -19,7 +21,7 @@ RECIPES: dict[str, Recipe] = {
     for recipe in (
         Recipe("fake", None, "simulated", f"{QUANTIZE}:fake"),  # quantize-dequantize in FP32
         # float16 on a GPU computes as the paper's A100
-        Recipe("nvidia", None, "FP16/INT8", f"{QUANTIZE}:nvidia"),
+        Recipe("nvidia", None, "FP16/INT8", f"{QUANTIZE}:nvidia", (4, 8, 16)),  # weights.py's
         Recipe("fp8", "bfloat16", "BF16/FP8", f"{QUANTIZE}:fp8"),  # Gaudi's: INC FP8, rest BF16
         Recipe("bf16", "bfloat16", "BF16", f"{QUANTIZE}:bf16"),  # the CPU's whole-model BF16
     )

@@ -7,7 +7,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import metadata
@@ -102,8 +102,21 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
     }
 
 
-def validate_record(record: dict[str, Any]) -> None:
-    jsonschema.validate(record, yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text()))
+def validate_record(record: dict[str, Any], tolerate: Iterable[str] = ()) -> None:
+    """Raise the schema's best error, but none about a key in `tolerate` (a reader's figures
+    that it shows as "-": a rate, energy or charge of a record edited by hand)."""
+    schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
+    named = set(tolerate)
+
+    def about_named(error: jsonschema.ValidationError) -> bool:
+        missing = error.validator == "required" and any(f"'{k}'" in error.message for k in named)
+        return missing or bool(error.absolute_path and error.absolute_path[-1] in named)
+
+    errors = jsonschema.validators.validator_for(schema)(schema).iter_errors(record)
+    if (
+        error := jsonschema.exceptions.best_match(e for e in errors if not about_named(e))
+    ) is not None:
+        raise error
 
 
 def write_record(path: str | Path, record: dict[str, Any]) -> None:

@@ -109,6 +109,12 @@ class StudyTargets(StudyLayout):
     def paper_settings(self, w: Any) -> str:
         return json.dumps(relevant_settings(w.task, "paper", self.config["evaluation"]))
 
+    def scan_settings(self, w: Any) -> str:
+        """The sensitivity's: its scan always runs in FP32, shared by every system, so the
+        evaluation's dtype is not among them (a system switch re-runs no scan)."""
+        settings = relevant_settings(w.task, "paper", self.config["evaluation"])
+        return json.dumps({k: v for k, v in settings.items() if k != "dtype"})
+
     def calibration_limit(self, w: Any) -> int | None:
         return self.ptq["calibration_limit"][w.task]
 

@@ -1,15 +1,19 @@
 """How sure a number is: standard errors of evaluation metrics from their items, and paired
-differences of two evaluations of the same items (McNemar's exact test for accuracy, a paired
-bootstrap over blocks or documents for perplexity), Holm-corrected across a report's tests."""
+differences of two evaluations of the same items by exact tests (McNemar's for accuracy, a
+sign-flip test over blocks or documents for perplexity), Holm-corrected across a report's tests."""
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-RESAMPLES = 1000  # bootstrap draws (seed 0): a perplexity's standard error and paired interval
+RESAMPLES = 1000  # bootstrap draws (seed 0): a perplexity's standard error
 ALPHA = 0.05
+EXACT = 1_000_000  # the sign-flip test enumerates every arrangement while 2^n is at most this
+FLIPS = 10_000  # else this many random ones (seed 0)
+TIES = 1e-12  # sums this close (relative to the items' total) to the observed one tie with it
 # a ratio metric from its items' columns: (numerator, denominator, value of the ratio)
 RATIO_METRICS: dict[str, tuple[str, str, Callable[[np.ndarray], np.ndarray]]] = {
     "perplexity": ("nll", "tokens", np.exp),  # the paper's blocks
@@ -60,29 +64,102 @@ def mcnemar(ours: np.ndarray, theirs: np.ndarray) -> tuple[int, int, float]:
     return b, c, 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
 
 
+def mcnemar_interval(b: int, c: int, n: int) -> tuple[float, float]:
+    """95% interval of the paired difference (b - c) / n, exact given the b + c discordant items
+    (as McNemar's exact test is): Clopper & Pearson's (Biometrika, 1934) interval for the share
+    t of them ours got right, as (b + c) / n * (2t - 1). It holds at any count, and excludes
+    zero exactly when McNemar's exact p is at most 0.05 (the binomial at 1/2 is symmetric)."""
+    if b + c == 0:  # no item tells the two apart: the difference on these items is 0
+        return 0.0, 0.0
+    share = binomtest(b, b + c).proportion_ci(1 - ALPHA, method="exact")
+    return (2 * share.low - 1) * (b + c) / n, (2 * share.high - 1) * (b + c) / n
+
+
+def _arrangements(count: int) -> np.ndarray | None:
+    """Random sign arrangements, the observed (all +1) first, where 2^count exceeds EXACT; None:
+    every arrangement is enumerated."""
+    if 2**count <= EXACT:
+        return None
+    signs = np.random.default_rng(0).choice(np.array([-1, 1], np.int8), (FLIPS, count))
+    return np.vstack([np.ones((1, count), np.int8), signs])
+
+
+def _flipped(x: np.ndarray, signs: np.ndarray | None) -> np.ndarray:
+    """sum(s_i x_i) under each arrangement of signs, the observed (all +) first: all 2^n (each
+    item doubles the sums) or the given ones, in chunks of float rows (BLAS multiplies floats)."""
+    if signs is None:
+        sums = np.zeros(1)
+        for value in x:
+            sums = np.concatenate([sums + value, sums - value])
+        return sums
+    chunks = range(0, len(signs), 1000)
+    return np.concatenate([signs[i : i + 1000].astype(float) @ x for i in chunks])
+
+
+def _share(sums: np.ndarray, x: np.ndarray) -> float:
+    """The share of arrangements whose |sum| reaches the observed one's (sums[0]), ties in."""
+    return float(np.mean(np.abs(sums) >= abs(sums[0]) - TIES * np.abs(x).sum()))
+
+
+def sign_flip_p(x: np.ndarray, signs: np.ndarray | None = None) -> float:
+    """Two-sided p of the sign-flip test of sum(x) (null: each x_i symmetric about zero): the
+    share of arrangements of signs, the observed one included, whose |sum| reaches the
+    observed: all 2^n, or the given random ones, whose observed first row makes p
+    (k + 1) / (B + 1), never 0."""
+    return _share(_flipped(x, signs), x)
+
+
+def shift_interval(
+    d: np.ndarray, units: np.ndarray, signs: np.ndarray | None = None
+) -> tuple[float, float]:
+    """95% interval of the shift per unit (token, word or byte) by inverting the sign-flip test:
+    the shifts delta for which d - delta * units is not rejected at ALPHA, each end by
+    bisection between the observed shift and the items' extreme d / units (beyond it every sign
+    agrees and p is its least). NaN below 6 items enumerated: no arrangement reaches 0.05."""
+    if signs is None and 2 / 2 ** len(d) > ALPHA:
+        return np.nan, np.nan
+    flipped_d, flipped_units = _flipped(d, signs), _flipped(units, signs)  # the sums are linear
+    observed, ends = d.sum() / units.sum(), []
+    for far in ((d / units).min(), (d / units).max()):
+        inside, outside = observed, far
+        for _ in range(50):
+            middle = (inside + outside) / 2
+            if _share(flipped_d - middle * flipped_units, d - middle * units) > ALPHA:
+                inside = middle
+            else:
+                outside = middle
+        ends.append((inside + outside) / 2)
+    return ends[0], ends[1]
+
+
 def paired_difference(metric: str, ours: pd.DataFrame, theirs: pd.DataFrame) -> dict:
     """Ours minus theirs on the same items (aligned on `item`): the difference, its 95%
-    interval and p-value; accuracy by McNemar (interval: the normal one of paired proportions),
-    a ratio metric by a paired bootstrap (the same resampled items on both sides)."""
+    interval and p-value by exact tests. Accuracy: McNemar's (interval: `mcnemar_interval`).
+    A ratio metric: the sign-flip test of each item's difference in summed loss d_i, with
+    statistic T = sum(d_i) / sum(units), the log of ours over theirs perplexity (`ratio`);
+    the difference and its interval are value(r + T) - value(r) at theirs rate r (perplexity:
+    theirs times (ratio - 1); bits per byte: T / ln 2), NaN ends under 6 items."""
     both = ours.merge(theirs, on="item", suffixes=("", "_theirs"))
     n = len(both)
     if f"correct_{metric}" in both:
         a, b = (both[f"correct_{metric}{s}"].to_numpy(bool) for s in ("", "_theirs"))
         only_ours, only_theirs, p = mcnemar(a, b)
-        difference = (only_ours - only_theirs) / n
-        spread = np.sqrt(max(only_ours + only_theirs - n * difference**2, 0.0)) / n
-        low, high = difference - 1.96 * spread, difference + 1.96 * spread
+        low, high = mcnemar_interval(only_ours, only_theirs, n)
+        found = {"difference": (only_ours - only_theirs) / n, "ratio": np.nan}
         test = f"McNemar exact ({only_ours} vs {only_theirs} discordant)"
-    else:
-        theirs_items = both.filter(like="_theirs").rename(columns=lambda c: c[: -len("_theirs")])
-        rows = _resamples(n)
-        drawn = ratio_metric(both, metric, rows) - ratio_metric(theirs_items, metric, rows)
-        difference = float(ratio_metric(both, metric) - ratio_metric(theirs_items, metric))
-        low, high = np.percentile(drawn, [2.5, 97.5])
-        tail = min(np.sum(drawn <= 0), np.sum(drawn >= 0))  # (k + 1) / (B + 1): never 0
-        p = min(1.0, 2 * (tail + 1) / (RESAMPLES + 1))
-        test = f"paired bootstrap ({RESAMPLES} resamples)"
-    return {"items": n, "difference": difference, "ci95_low": low, "ci95_high": high, "p": p,
+    else:  # the items' units (tokens, words, bytes) are ours: the same items on both sides
+        numerator, denominator, value = RATIO_METRICS[_named(both, metric)]
+        loss, units = both[numerator].to_numpy(float), both[denominator].to_numpy(float)
+        d, signs = loss - both[f"{numerator}_theirs"].to_numpy(float), _arrangements(n)
+        rate, statistic = (loss.sum() - d.sum()) / units.sum(), d.sum() / units.sum()
+        p, shifts = sign_flip_p(d, signs), np.array(shift_interval(d, units, signs))
+        low, high = value(rate + shifts) - value(rate)
+        found = {"difference": float(value(rate + statistic) - value(rate))}
+        found["ratio"] = float(value(rate + statistic) / value(rate))
+        arranged = f"all {2**n:,}" if signs is None else f"{FLIPS:,} random (seed 0)"
+        test = f"sign-flip ({arranged} arrangements of {n} items)"
+        test += "; too few items for a 95% interval" if np.isnan(low) else ""
+    return {"items": n, **found, "ci95_low": float(low), "ci95_high": float(high), "p": p,
             "test": test}  # fmt: skip
 
 
@@ -96,8 +173,16 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def detectable(stderr: float) -> float:
     """The smallest difference a two-sided test at ALPHA finds with 80% power, for two
-    independent evaluations with this standard error each (pairing detects smaller ones)."""
+    independent evaluations with this standard error each (pairing detects smaller ones); a
+    normal approximation: under `fewest` items the exact tests here detect none at all."""
     return (1.96 + 0.8416) * np.sqrt(2) * stderr
+
+
+def fewest(tests: int = 1) -> int:
+    """The fewest items (sign-flip test) or discordant items (McNemar's) at which 'differs' can
+    be reached after Holm over `tests` tests: their least p, 2 / 2^n (every sign alike), must
+    reach ALPHA / tests, so n >= log2(2 * tests / ALPHA); 6 for one test, 9 for twelve."""
+    return math.ceil(math.log2(2 * max(tests, 1) / ALPHA))
 
 
 # Repeats: one rule for every speed, energy and charge over a point's repeats (no repeat is

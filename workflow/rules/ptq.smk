@@ -18,7 +18,7 @@ rule sensitivity:
     resources:
         **STUDY.measuring_resources("sensitivity"),
     params:
-        settings=STUDY.paper_settings,
+        settings=STUDY.scan_settings,
         limit=STUDY.calibration_limit,
         family=PTQ["family"],
         sparsity=PTQ["sparsity"],

@@ -79,6 +79,34 @@ def _boolq(row: Row) -> Row:
 NORMALISE = {"wikitext": _wikitext, "hellaswag": _hellaswag, "boolq": _boolq}
 
 
+def file_problem(path: Path, name: str | Path) -> str | None:
+    """What stops a local file's reader, by line and with the fix (None: none; a missing file is
+    named by its own check): no rows, a byte-order mark or bytes that are not UTF-8 in JSON, a
+    line that is not a JSON object."""
+    empty = f"'{name}' is empty; give the split's rows"
+    if not path.is_file() or path.suffix not in (".json", ".jsonl"):  # a table: read in its job
+        return empty if path.is_file() and not path.stat().st_size else None
+    if not (data := path.read_bytes()).strip():
+        return empty
+    if data.startswith(b"\xef\xbb\xbf"):
+        return f"'{name}' starts with a byte-order mark the JSON reader refuses; save it without"
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        at, start = data.count(b"\n", 0, exc.start) + 1, data.rfind(b"\n", 0, exc.start)
+        column = exc.start - start  # 1-based: rfind is -1 on the first line
+        return f"'{name}' line {at} column {column} is not UTF-8; save the file as UTF-8"
+    for number, line in enumerate(text.split("\n") if path.suffix == ".jsonl" else [text], 1):
+        try:
+            row = json.loads(line) if line.strip() else {}
+        except json.JSONDecodeError as exc:
+            at = number if path.suffix == ".jsonl" else exc.lineno
+            return f"'{name}' line {at} is not valid JSON ({exc.msg}); fix or delete that line"
+        if path.suffix == ".jsonl" and not isinstance(row, dict):
+            return f"'{name}' line {number} is not a JSON object; one row per line, as {{...}}"
+    return None
+
+
 def read_local(path: Path) -> list[Row]:
     """A .jsonl, .json, .parquet or .csv file's rows, its values as typed (no dtype guessing: "7"
     stays a string, an empty CSV cell is None), so that the value checks see what it says."""
@@ -96,6 +124,8 @@ def read_local(path: Path) -> list[Row]:
     }
     if path.suffix not in readers:
         raise DataSourceError(f"data file '{path}': unsupported suffix; use {sorted(readers)}")
+    if problem := file_problem(path, path):
+        raise DataSourceError(f"data file {problem}")
     try:
         frame = readers[path.suffix](path)
     except ValueError as exc:

@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.data.sources import read_source
-from accelstudy.launch import PointJob
+from accelstudy.launch import PointFailed, PointJob
 from accelstudy.points import DiffusionPoint
 from accelstudy.records import Record, read_record
 
@@ -14,6 +14,8 @@ GAUDI_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}  # the
 
 def run(*, point: DiffusionPoint, data: Path, card: Path, samples: Path, **flags: Any) -> dict:
     """Train one (devices, repeat) point of the fixed work; write its record."""
+    if why := point.untimed():
+        raise PointFailed(why)
     job = PointJob.from_flags(**flags)
     asked, point = point, point.replace(dtype=job.ranks_dtype(point.dtype, point.devices))
     data_card = read_record(card)  # the data card: plain JSON

@@ -3,7 +3,6 @@
 import argparse
 import functools
 import itertools
-import math
 import os
 import time
 from pathlib import Path
@@ -25,11 +24,6 @@ from accelstudy.points import DiffusionPoint
 BACKENDS = {"cuda": "nccl", "hpu": "hccl", "cpu": "gloo"}
 LOSS_NOTE = "mean |noise - predicted| per pixel (the summed L1 is optimised)"
 MAX_LOSSES = 200  # the record keeps at most this many, evenly spaced
-
-
-def iterations_for(point: DiffusionPoint, world: int) -> int:
-    """Strong scaling: the fixed work is iterations x ranks, as the authors' n_iter."""
-    return math.ceil(point.total_iterations / world)
 
 
 def batches(loader: DataLoader, sampler: DistributedSampler):
@@ -65,7 +59,7 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path, device: Device) 
     flops = sr3.flops_per_image(unet, table, *probe)
     model = DistributedDataParallel(unet)
     optimizer = torch.optim.Adam(model.parameters(), lr=point.learning_rate)
-    iterations, warmup = iterations_for(point, world), point.warmup_iterations
+    iterations, warmup = point.iterations_per_device, point.warmup_iterations
     losses, seen = [], []
     device.synchronize()
     begin = warm = time.perf_counter()

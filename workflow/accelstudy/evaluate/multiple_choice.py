@@ -120,16 +120,21 @@ class ItemResult:
 
 
 def tokenize_request(
-    tokenizer: Tokenizer, request: ChoiceRequest, spec: ChoiceProtocol, max_length: int
+    tokenizer: Tokenizer, request: ChoiceRequest, spec: ChoiceProtocol, max_length: int | None
 ) -> Item:
-    """Context and continuation tokens (lm-eval's split). Right truncation (the authors' scripts)
-    keeps a text's first `max_length` tokens, a choice maybe none (-inf); left is in score_items."""
+    """Context and continuation tokens (lm-eval's split), `fit` to `max_length` (None: whole)."""
     pairs = [encode_pair(tokenizer, request.context, " " + c, spec.name) for c in request.choices]
-    context, continuations = pairs[0][0], [cont for _, cont in pairs]
-    if spec.truncation == "right":
-        room = max(max_length - len(context), 0)
-        context, continuations = context[:max_length], [c[:room] for c in continuations]
-    return context, continuations
+    return fit((pairs[0][0], [cont for _, cont in pairs]), spec, max_length)
+
+
+def fit(item: Item, spec: ChoiceProtocol, max_length: int | None) -> Item:
+    """Right truncation (the authors' scripts) keeps a text's first `max_length` tokens, a choice
+    maybe none (-inf); left is in score_items."""
+    context, continuations = item
+    if spec.truncation != "right" or max_length is None:
+        return item
+    room = max(max_length - len(context), 0)
+    return context[:max_length], [c[:room] for c in continuations]
 
 
 def score_items(
@@ -187,7 +192,11 @@ def score(scoring: Scoring) -> tuple[dict[str, float], list[dict]]:
     spec = CHOICE_PROTOCOLS[(task, protocol)]
     max_length = settings[f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"]
     requests = [spec.build(row) for row in scoring.rows[: scoring.limit or None]]
-    tokenized = [tokenize_request(scoring.tokenizer, r, spec, max_length) for r in requests]
+    whole = [tokenize_request(scoring.tokenizer, r, spec, None) for r in requests]
+    # lm-eval's left truncation keeps max_length + 1 tokens (the last is only a target)
+    room = max_length + (spec.truncation != "right")
+    truncated = sum(any(len(c) + len(cont) > room for cont in conts) for c, conts in whole)
+    tokenized = [fit(item, spec, max_length) for item in whole]
     scores = score_items(scoring.model, tokenized, max_length, f"{task}/{protocol}")
     head_tokens = sum(len(c) for _, conts in tokenized for c in conts)
     scoring.meter.ran(map(packed_length, tokenized), head_tokens=head_tokens)
@@ -201,5 +210,6 @@ def score(scoring: Scoring) -> tuple[dict[str, float], list[dict]]:
     chosen["accuracy"] = chosen[spec.quoted]
     correct = {name: np.array(picks) == gold for name, picks in chosen.items()}
     metrics = {"items": len(items), **{name: float(np.mean(c)) for name, c in correct.items()}}
+    metrics["truncated_items"] = truncated  # scored on what the context left of them
     per_item = [{f"correct_{n}": bool(c[k]) for n, c in correct.items()} for k in range(len(items))]
     return metrics, [{"item": k, **asdict(i), **per_item[k]} for k, i in enumerate(items)]

@@ -1,6 +1,8 @@
 """One fine-tuning point as one job: plan, launch, record (also where it does not fit)."""
 
+import contextlib
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ from accelstudy.data.sources import describe_source, read_source
 from accelstudy.finetune.planner import fit_check, meta_model
 from accelstudy.flops import training_per_token
 from accelstudy.launch import PointFailed, PointJob
+from accelstudy.layout import results_of
 from accelstudy.models import load_model_config
 from accelstudy.points import FinetunePoint
 from accelstudy.records import Record
@@ -34,6 +37,8 @@ def run(
     *, model_name: str, model_dir: Path, point: FinetunePoint, data_source: str, **flags: Any
 ) -> dict[str, Any]:
     """Plan, then (unless predicted not to fit) train one point; write its record."""
+    if why := point.untimed():
+        raise PointFailed(why)
     job = PointJob.from_flags(**flags)
     asked, config = point, load_model_config(model_dir)
     point = point.replace(dtype=job.ranks_dtype(point.dtype, point.cards))
@@ -53,7 +58,10 @@ def run(
     metrics["flops_per_token"] = flops
     file = point.data.get("file")  # the rules' points read a prepared file; else generated
     data = read_source(file) if file else describe_source(point.data, "train")
-    inputs = {"model": identity(model_dir), "data": data}
+    inputs, parameters = {"model": identity(model_dir), "data": data}, asked.as_dict()
+    with contextlib.suppress(ValueError):  # a rule's: the file named inside the study's results
+        if file:
+            parameters["data"]["file"] = os.path.relpath(file, results_of("finetune", job.out))
     return job.write(Record(stage="finetune", model=model_name, task="instructions",
                             method=point.strategy, data_source=data_source, inputs=inputs,
-                            parameters=asked.as_dict(), metrics=metrics))  # fmt: skip
+                            parameters=parameters, metrics=metrics))  # fmt: skip

@@ -24,6 +24,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from accelstudy import ranks, timeline
 from accelstudy.data.instructions import concatenated_blocks, load_examples
 from accelstudy.device import DTYPES, Device, host_peak_rss
+from accelstudy.errors import StudyError
 from accelstudy.files import read_json, sha256_file, write_json
 from accelstudy.finetune import engines
 from accelstudy.models import DTYPE_KWARG, load_model_config
@@ -75,8 +76,11 @@ class Meter(TrainerCallback):
         self.losses = [float(entry["loss"]) for entry in logged]
 
     def measured(self, steps: int, point: FinetunePoint, world: int) -> ranks.Measured:
-        """Speed timed from the end of the warm-up where this run got past it."""
+        """Speed timed from the end of the warm-up; a run resumed past it, from its restart
+        (its record is marked not clean); a fresh run that timed nothing fails."""
         warmed = "warm" in self.times and steps - self.start > self.warmup_steps
+        if not (warmed or self.start):
+            raise StudyError(point.untimed() or f"{steps} steps: none timed after the warm-up")
         warmup, end = self.warmup_steps if warmed else 0, self.times["end"]
         timed_s = end - self.times["warm" if warmed else "begin"]
         samples = (steps - self.start - warmup) * point.samples_per_step * world

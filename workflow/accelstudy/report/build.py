@@ -15,7 +15,7 @@ from accelstudy.report import (
     utilization,
 )
 from accelstudy.report.collect import collect_records, with_scheduler_figures
-from accelstudy.report.pages import NOTES, Section, write_pages, write_records
+from accelstudy.report.pages import NOTES, Section, not_shown, write_pages, write_records
 
 
 def build_report(
@@ -34,7 +34,7 @@ def build_report(
     results_dir, record_paths = Path(results_dir), list(record_paths)
     every = collect_records(record_paths)  # sacct's figures: this site's own jobs
     every = with_scheduler_figures(every, accounting.query(every["slurm_job"]))
-    write_records(every, results_dir / "tables")
+    write_records(every, results_dir / "tables", results_dir)
     records = every[every["system"] == system] if system else every
     by_system = every.pivot_table("record", "system", "stage", "size", fill_value=0).reset_index()
     measured = results_dir / system if system else results_dir
@@ -48,6 +48,7 @@ def build_report(
         *utilization.sections(records, results_dir / "tables"),
         *timing.sections(records["record"], results_dir, measured),
         *estimates.sections(records, results_dir),
+        *not_shown(records, results_dir),
     ]
     if len(by_system) > 1:  # the study holds other systems' records too
         note = NOTES["systems"].format(system=system)

@@ -1,8 +1,11 @@
 """Records (one JSON per job) -> one tidy table: a row per record, its metrics as columns, with
 the scheduler's own figures beside the job's."""
 
+import copy
+import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -17,10 +20,41 @@ POINT_KEYS: tuple[str, ...] = ("strategy", "attention", "cards", "devices", "rep
 POINT_KEYS += ("max_steps", "per_device_batch", "grad_accum", "max_seq_length", "dtype")
 MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 NAN = float("nan")
+# a record's rates, energies and charges: each, where present, above zero
+FIGURES = {
+    "metrics": ("tokens_per_s", "images_per_s", "samples_per_s"),
+    "energy": ("j_per_token", "j_per_image"),
+    "cost": ("units", "hours"),
+}
+
+
+def unusable(record: dict) -> dict[tuple[str, str], Any]:
+    """The record's rates, energies and charges no table can use: zero, negative, NaN or not a
+    number, or absent where the record says it measured them (its stage's rate where it ran, a
+    charge where its cost is ok): a record of an older version, or edited by hand. Shown as "-"
+    with a note, they take no table down."""
+    found = {(part, key): value for part, keys in FIGURES.items()
+             for key, value in (record.get(part) or {}).items() if key in keys}  # fmt: skip
+    if record["metrics"].get("status", "ok") == "ok":
+        rate = "images_per_s" if record["stage"] == "diffusion" else "tokens_per_s"
+        found.setdefault(("metrics", rate), None)
+    if (cost := record.get("cost") or {}).get("status") == "ok":
+        found |= {("cost", key): cost.get(key) for key in FIGURES["cost"]}
+    return {where: value for where, value in found.items() if not _positive(value)}
+
+
+def _positive(value: Any) -> bool:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
 
 
 def flatten(record: dict) -> dict:
-    """A record's table columns; numeric metrics (nested ones too) become metric_* columns."""
+    """A record's table columns; numeric metrics (nested ones too) become metric_* columns; an
+    unusable rate, energy or charge becomes NaN, named in `not_shown`."""
+    if bad := unusable(record):
+        record = copy.deepcopy(record)
+        for part, key in bad:
+            record[part][key] = NAN
     metrics, provenance = record["metrics"], record["provenance"]
     primary = metrics.get("primary_metric")
     rank0 = (metrics.get("model_state_bytes") or [{}])[0]
@@ -55,6 +89,7 @@ def flatten(record: dict) -> dict:
         "model_revision": model.get("commit") or model.get("digest") or model.get("revision"),
         "data_revision": data.get("revision") or data.get("digest") or data.get("prepared"),
         "device_name": provenance["hardware"].get("device_name", ""),
+        "not_shown": "; ".join(f"{key} {value!r}" for (_, key), value in bad.items()),
     }
     for key, value in metrics.items():
         for name, number in value.items() if isinstance(value, dict) else [("", value)]:

@@ -15,8 +15,16 @@ from accelstudy.files import read_json
 from accelstudy.layout import MEASURING_FOLDERS, system_folders
 from accelstudy.records import SCHEMA_VERSION, validate_record
 from accelstudy.report import finetuning, quantization, superresolution
-from accelstudy.report.collect import flatten, items_of, joined
-from accelstudy.report.pages import NOTES, Section, write_csv, write_pages, write_records
+from accelstudy.report.collect import flatten, items_of, joined, unusable
+from accelstudy.report.pages import (
+    NOTES,
+    Section,
+    not_shown,
+    relative_records,
+    write_csv,
+    write_pages,
+    write_records,
+)
 from accelstudy.tasks import TASKS
 from accelstudy.uncertainty import REPEATS_RULE, holm, paired_difference
 
@@ -95,7 +103,7 @@ def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:
             )
         try:
             if version == SCHEMA_VERSION:  # the previous version is shown, never matched
-                validate_record(record)
+                validate_record(record, [key for _, key in unusable(record)])
         except jsonschema.ValidationError as exc:
             raise CompareError(f"{path}: not a valid record: {exc.message}") from None
         found.append((path, record))
@@ -286,7 +294,8 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
         *quantization.sections(matched, out),
         *finetuning.sections(matched, out),
         *superresolution.sections(matched, out),
-        Section(LEFT_OUT, "", left_out.drop(columns=["run"])),
+        Section(LEFT_OUT, "", relative_records(left_out)),
+        *not_shown(records),
     ]
     counts = f"{len(matched)} matched, {len(left_out)} left out"
     intro = f"{len(records)} records from {len(sites)} runs; {counts}."

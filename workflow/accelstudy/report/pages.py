@@ -53,15 +53,41 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
     return table.astype(object).fillna("-").rename_axis(columns=None)
 
 
-def write_csv(frame: pd.DataFrame, path: Path) -> None:
+def _within(path: str | Path, root: str | Path) -> str:
+    """`path` relative to `root` where it lies inside it, else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(root).resolve()))
+    except ValueError:
+        return str(path)
+
+
+def relative_records(frame: pd.DataFrame, root: str | Path | None = None) -> pd.DataFrame:
+    """Its `record` paths relative to their study's results folder (the row's `run`, else
+    `root`): a table names no machine's folders (a home's user name) and travels between sites."""
+    if "record" not in frame or (root is None and "run" not in frame):
+        return frame
+    roots = frame["run"] if "run" in frame else [root] * len(frame)
+    return frame.assign(record=[_within(p, r) for p, r in zip(frame["record"], roots, strict=True)])
+
+
+def not_shown(records: pd.DataFrame, root: str | Path | None = None) -> list[Section]:
+    """The values the tables show as "-" (collect.unusable), record by record; none: no section."""
+    odd = records[records["not_shown"].fillna("") != ""]
+    columns = [c for c in ("run", "system", "stage", "record", "not_shown") if c in odd]
+    table = relative_records(odd[columns], root)
+    return [Section("Values not shown", NOTES["not_shown"], table)] if len(odd) else []
+
+
+def write_csv(frame: pd.DataFrame, path: Path, root: str | Path | None = None) -> None:
     with atomic_open(path) as handle:
-        frame.to_csv(handle, index=False)
+        relative_records(frame, root).to_csv(handle, index=False)
 
 
-def write_records(records: pd.DataFrame, folder: Path) -> None:
-    write_csv(records, folder / "records.csv")
+def write_records(records: pd.DataFrame, folder: Path, root: str | Path | None = None) -> None:
+    """Every record's row as CSV and Parquet, its path relative to `root` (or its run)."""
+    write_csv(records, folder / "records.csv", root)
     with atomic_open(folder / "records.parquet", "wb") as handle:
-        records.to_parquet(handle, index=False)
+        relative_records(records, root).to_parquet(handle, index=False)
 
 
 def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:

@@ -19,7 +19,7 @@ from accelstudy.report.figures import draw
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.tasks import TASK_NAMES, TASKS
-from accelstudy.uncertainty import ALPHA, detectable, holm, paired_difference
+from accelstudy.uncertainty import ALPHA, detectable, fewest, holm, paired_difference
 
 PERCENT_METRICS = {"accuracy"}
 PAPER_BITS = ["[16,8,4]", "[8,8,4]", "[8,4,4]"]
@@ -180,9 +180,10 @@ def versus_baseline(records: pd.DataFrame) -> pd.DataFrame:
             if ours is None or theirs is None:
                 rows.append(row | {"verdict": "uncertainty unknown: no per-item results"})
                 continue
-            found = paired_difference(shown.key, ours, theirs)
+            found = paired_difference(shown.key, ours, theirs)  # NaN ends: too few items
             for name in ("difference", "ci95_low", "ci95_high"):
                 found[name] = display(shown.kind, found[name])
+            found["ratio"] = round(found["ratio"], 4)  # a perplexity's: ours / the baseline's
             rows.append(row | found)
     table = pd.DataFrame(rows)
     if "p" in table:
@@ -366,15 +367,19 @@ def told(versus: pd.DataFrame, records: pd.DataFrame) -> str:
     from zero, and per task the smallest difference its items could detect."""
     smallest_found: list[str] = []
     fp32, _ = _quantized(records)
+    tests = int(versus.get("p", pd.Series()).notna().sum())
+    least = fewest(tests)  # below it no exact test here can say 'differs' after Holm
     for _, base in fp32.iterrows():
         for shown in metric_rows(base):
             if pd.notna(shown.half):
-                smallest = detectable(shown.half / 1.96)
                 unit = "items" if pd.notna(base.get("metric_items", NAN)) else "blocks"
-                count = f"{base[f'metric_{unit}']:.0f} {unit}"
-                smallest_found.append(f"{base['task']} {shown.label} ({count}): {smallest:.3g}")
-    tests = int(versus.get("p", pd.Series()).notna().sum())
-    said = [NOTES["versus"].format(tests=tests), "; ".join(smallest_found or ["unknown"]) + "."]
+                count = base[f"metric_{unit}"]
+                smallest = f"{detectable(shown.half / 1.96):.3g}" if count >= least else "none"
+                smallest_found.append(
+                    f"{base['task']} {shown.label} ({count:.0f} {unit}): {smallest}"
+                )
+    said = [NOTES["versus"].format(tests=tests, fewest=least)]
+    said.append("; ".join(smallest_found or ["unknown"]) + ".")
     for verdict in ("differs", "cannot be told from zero"):
         named = versus[versus.get("verdict", pd.Series(dtype=str)) == verdict]
         names = [f"{r['task']} {r['metric']} {r['quantized']}" for _, r in named.iterrows()]
