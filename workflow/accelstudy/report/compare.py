@@ -189,10 +189,11 @@ def repeats_bounds(values: dict[str, list[np.ndarray]], other: str, reference: s
     """The ratio's interval by the repeats rule (uncertainty.REPEATS_RULE): per point, the
     lowest over the highest repeat and the highest over the lowest; over points, the median of
     those bounds; none where a side has one repeat (its spread unknown)."""
-    if min(len(v) for side in (other, reference) for v in values[side]) < 2:
+    if min((len(v) for side in (other, reference) for v in values[side]), default=0) < 2:
         return [None, None]
     pairs = list(zip(values[other], values[reference], strict=True))
-    lows, highs = [o.min() / r.max() for o, r in pairs], [o.max() / r.min() for o, r in pairs]
+    lows = [np.nanmin(o) / np.nanmax(r) for o, r in pairs]
+    highs = [np.nanmax(o) / np.nanmin(r) for o, r in pairs]
     return [round(float(np.median(bounds)), 4) for bounds in (lows, highs)]
 
 
