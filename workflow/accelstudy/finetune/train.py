@@ -48,6 +48,8 @@ class Meter(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = state.global_step
         self.times["begin"] = time.perf_counter()
+        if not self.warmup_steps:  # no warm-up: timed from the first step
+            self.times["warm"] = self.times["begin"]
         timeline.mark("ready")
 
     def on_step_begin(self, args, state, control, **kwargs):
