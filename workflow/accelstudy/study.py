@@ -118,6 +118,7 @@ def check_diffusion(config: Mapping[str, Any], system: System) -> None:
     problem = f"{steps} sampling steps, but the schedule has {sweep['schedule']['steps']}; "
     require(steps <= sweep["schedule"]["steps"], "diffusion.quality.sampling_steps",
             problem + "use at most diffusion.schedule.steps")  # fmt: skip
+    system.check_cards("diffusion.devices", sweep["devices"])
     for devices in sweep["devices"]:  # each point as its rule builds it
         untimed = diffusion_point(config, SimpleNamespace(devices=devices, repeat=0)).untimed()
         require(untimed is None, "diffusion.total_iterations", str(untimed))
@@ -125,7 +126,6 @@ def check_diffusion(config: Mapping[str, Any], system: System) -> None:
         few = f"{data['patches']} images over {devices} devices leave {per_device} per device, "
         few += f"no batch of {batch}; set patches to at least {batch * max(sweep['devices'])}"
         require(data["source"] == "local" or per_device >= batch, "diffusion.data.patches", few)
-    system.check_cards("diffusion.devices", sweep["devices"])
     system.check_dtype("diffusion.dtype", sweep["dtype"])
     if data["source"] == "pysm":
         check_preset(data["preset"], data["nside"])
