@@ -91,6 +91,17 @@ def test_sign_flip_of_a_perplexity():
     assert 0 < spread < 0.1 * mine
 
 
+@pytest.mark.parametrize("count", [5, 8, 11, 14])
+def test_sign_flip_p_is_scipys_exact_permutation_test(count):
+    """scipy's one-sample permutation test flips each observation's sign: with every one of the
+    2^n arrangements, its two-sided p is ours (the flipped sums' distribution is symmetric)."""
+    d = np.random.default_rng(count).normal(0.5, 1.0, count)
+    reference = stats.permutation_test(
+        (d,), np.sum, permutation_type="samples", n_resamples=np.inf, alternative="two-sided"
+    )
+    assert sign_flip_p(d) == pytest.approx(reference.pvalue, rel=1e-12)
+
+
 def test_sign_flip_interval_is_the_tests_inversion():
     """At each end the test's p crosses 0.05; under 6 items no p reaches it: no interval."""
     ours, theirs = blocks(12, 2.0)
