@@ -1,8 +1,13 @@
 # accelstudy: reproduce "Performance Optimization and Comparative Analysis of Generative AI
 # Models on Advanced Accelerators" (UCSD/SDSC, 2026). See README.md and config/README.md.
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+# the project's files (schemas, system files, resources) from this workflow's folder where it
+# holds them, else from the installed package (accelstudy.paths); jobs inherit the variable
+os.environ.setdefault("ACCELSTUDY_ROOT", workflow.basedir)
 
 
 # the embedded default study, unless --configfile names another (a study file replaces it:

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from accelstudy.paths import SCHEMAS
+from accelstudy.paths import SCHEMAS, require_project_files
 from accelstudy.pruning import FAMILIES, GRANULARITIES
 from accelstudy.recipes import RECIPES
 from accelstudy.strategies import STRATEGIES
@@ -17,6 +17,7 @@ from accelstudy.tasks import TASK_NAMES, TASKS
 
 @cache
 def _schema() -> dict[str, Any]:
+    require_project_files()  # read on import (the points' defaults): say where it looked
     loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
     ptq, names = loaded["properties"]["ptq"]["properties"], {"enum": list(TASK_NAMES)}
     loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = names

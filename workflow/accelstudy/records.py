@@ -3,6 +3,7 @@ against workflow/schemas/record.schema.yaml and written atomically."""
 
 import contextlib
 import datetime as dt
+import json
 import os
 import platform
 import subprocess
@@ -22,7 +23,7 @@ from accelstudy.config import config_hash
 from accelstudy.cost import Allocation, allocation, charged
 from accelstudy.energy import EnergyMeter, combine, per_unit
 from accelstudy.files import read_json, write_json
-from accelstudy.paths import PROJECT_ROOT, SCHEMAS
+from accelstudy.paths import CHECKOUT, MARKER, SCHEMAS
 from accelstudy.systems import System, load_system
 
 SCHEMA_VERSION = 2  # bump when a record's fields change meaning; `compare` matches only this one
@@ -33,12 +34,28 @@ VERSIONED_PACKAGES = (  # noqa: SIM905 (a list of names, one line)
 
 
 def _git(*args: str) -> str:
-    command = ["git", "-C", str(PROJECT_ROOT), *args]
+    command = ["git", "-C", str(CHECKOUT), *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
     return done.stdout.strip()
 
 
+def _installed_commit() -> str | None:
+    """The commit pip noted installing this package from git (`pip install git+URL@rev`: PEP 610's
+    direct_url.json); None for a wheel or a folder."""
+    try:
+        text = metadata.distribution("accelstudy").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    commit = (json.loads(text).get("vcs_info") or {}).get("commit_id") if text else None
+    return str(commit) if commit else None
+
+
 def git_commit() -> str:
+    """The commit of the code that ran: its checkout's HEAD (-dirty with local changes). An
+    installed package has no checkout (git there would name any repository holding the venv):
+    the commit pip noted, else the package's version."""
+    if not (CHECKOUT / MARKER).is_file():
+        return _installed_commit() or f"accelstudy {__version__}"
     try:
         dirty = _git("status", "--porcelain", "--untracked-files=no")
         return _git("rev-parse", "HEAD") + ("-dirty" if dirty else "")

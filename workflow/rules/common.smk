@@ -3,7 +3,13 @@ import json
 import os
 
 from accelstudy.errors import StudyError
-from accelstudy.paths import export_for_jobs
+from accelstudy.paths import export_for_jobs, require_project_files
+
+try:  # before the imports below read the config schema's defaults
+    require_project_files()
+except StudyError as error:
+    raise SystemExit(f"Error: {error}")
+
 from accelstudy.report.outputs import OUTPUTS
 from accelstudy.site import check_profile
 from accelstudy.study import validate_study
