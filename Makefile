@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/finetune.py
 	$(BIN)/python bench/diffusion.py
 	$(BIN)/python bench/vs_lm_eval.py
+	$(BIN)/python bench/vs_trainer.py
 
 clean-venv:
 	rm -rf $(VENV)
