@@ -19,7 +19,7 @@ processes of `--threads` // ranks OMP threads each):
    `--dataset_concatenation` does (re-implemented here), and the same clock: from the end of
    the `throughput_warmup_steps`-th step to the end of training, tokens/s = timed samples x
    ranks x sequence length / seconds, as finetune/train.py's Meter.
-   One departure from the script, which casts the PEFT model with `.to(torch.bfloat16)`, which
+   One departure: run_lora_clm.py casts the PEFT model with `.to(torch.bfloat16)`, which
    gives the same parameters as `autocast_adapter_dtype=False` but also casts RoPE's FP32
    `inv_freq` buffer (losses then differ by ~2e-4 on the tiny model); the reference keeps our
    FP32 buffer so that both sides compute the same thing.
