@@ -43,6 +43,7 @@ def one_line(error: pytest.ExceptionInfo, *says: str) -> None:
         ({**SYSTEM, "slurm": {"qos": "a;b"}}, "'slurm.qos'"),
         ({**SYSTEM, "energy": ["watts"]}, "'energy.0': 'watts' is not one of"),
         ({**SYSTEM, "gpus": 4}, "unknown key(s) ['gpus']"),
+        ({**SYSTEM, "peak_flops": "by-name"}, "'peak_flops'"),  # a workstation: by-device-name
     ],
 )
 def test_a_bad_system_file_is_one_line_naming_file_and_key(spec, says):

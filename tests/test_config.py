@@ -36,7 +36,9 @@ def test_defaults_are_filled():
     assert config["models"]["tiny"]["tiny"]["layers"] == 4
 
 
-@pytest.mark.parametrize("path", ["config/config.yaml", "config/paper.yaml"])
+@pytest.mark.parametrize(
+    "path", ["config/config.yaml", "config/paper.yaml", "config/gpu-smoke.yaml"]
+)
 def test_shipped_configs_are_valid(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the paper's instruction data: a local file, here empty
     (tmp_path / "data").mkdir()

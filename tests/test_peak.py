@@ -107,7 +107,77 @@ def test_every_shipped_system_states_or_measures_its_peak():
     for path in SYSTEMS.glob("*.yaml"):
         system = load_system(path.stem)
         measured = system.device == "cpu" and system.peak_flops == "measured"
-        assert measured or system.peak_flops.get("doc"), path
+        by_name = system.device != "cpu" and system.peak_flops == peak.BY_NAME
+        assert measured or by_name or system.peak_flops.get("doc"), path
+
+
+def test_every_row_of_the_gpu_table_is_dense_sourced_and_in_flops():
+    """A datasheet address per row, figures in FLOP/s (not TFLOP/s), and a card's tensor peak
+    at most ~16x its FP32 (the sparse figures, twice the dense ones, would break that on none;
+    the FP32 column is not TF32)."""
+    rows = peak.gpu_peaks()
+    assert {"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB"} <= set(rows)
+    for name, row in rows.items():
+        assert row["doc"].startswith("https://"), name
+        fp32 = float(row["float32"])
+        assert 1e12 < fp32 < 1e14, name
+        for dtype in ("bfloat16", "float16", "float8_e4m3fn"):
+            if row[dtype]:
+                assert 1e13 < float(row[dtype]) < 3e15 and float(row[dtype]) / fp32 <= 30, name
+    # the form factor is in the name: PCIe and SXM differ
+    assert float(rows["NVIDIA H100 PCIe"]["bfloat16"]) < float(
+        rows["NVIDIA H100 80GB HBM3"]["bfloat16"]
+    )
+
+
+@pytest.fixture
+def workstation_job(tmp_path, monkeypatch):
+    """A job on the gpu-workstation system whose card torch names as the test says (the one
+    boundary mocked: torch.cuda.get_device_name)."""
+    from accelstudy.device import Device
+    from accelstudy.records import Job
+
+    def named(name: str) -> Job:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: name)
+        job = Job.from_flags(system="gpu-workstation", study="s", out=tmp_path / "r.json")
+        job.__dict__["device"] = Device("cuda")  # no card here: the kind, not a probe
+        job.resolve_dtype("bfloat16", "cuda")
+        return job
+
+    return named
+
+
+def test_a_workstation_card_takes_its_peak_from_the_row_of_the_name_torch_reports(
+    workstation_job,
+):
+    block = workstation_job("NVIDIA H100 PCIe").utilization(rate=1000.0, flops_per_unit=7.56e10)
+    assert block["status"] == "ok" and block["flops_per_s"] == 756e12
+    assert (
+        block["device_name"] == "NVIDIA H100 PCIe" and block["table"] == "resources/gpu_peaks.csv"
+    )
+    assert "datasheet: https://" in block["source"] and "row 'NVIDIA H100 PCIe'" in block["source"]
+    assert block["mfu"] == pytest.approx(0.1)
+    sxm = workstation_job("NVIDIA H100 80GB HBM3").utilization(1000.0, 7.56e10)
+    assert sxm["flops_per_s"] == 989e12  # the other form factor: another row
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("NVIDIA H100", "'NVIDIA H100' is not a row of resources/gpu_peaks.csv"),
+        ("NVIDIA GeForce RTX 4090", "is not a row"),
+        ("Tesla V100-SXM2-32GB", "no bfloat16 figure in its row"),
+    ],
+)
+def test_a_card_without_a_row_or_figure_has_no_peak_and_says_why(workstation_job, name, why):
+    block = workstation_job(name).utilization(rate=1000.0, flops_per_unit=1e9)
+    assert block["status"] == "unknown" and block["mfu"] is None and "flops_per_s" not in block
+    assert why in block["source"] and block["device_name"] == name
+
+
+def test_before_a_job_a_by_name_system_has_no_peak_to_plan_with():
+    limit = peak.peak(load_system("gpu-workstation"), "cuda", "bfloat16", ranks=1, threads=1)
+    assert limit["status"] == "unknown" and "known only inside a job" in limit["source"]
 
 
 def test_the_cpu_probe_is_cached_by_cpu_threads_and_kernel_choice(tmp_path, monkeypatch):

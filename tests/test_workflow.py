@@ -426,6 +426,22 @@ def test_paper_study_plans_the_published_setup(tmp_path):
     }  # fmt: skip
 
 
+def test_gpu_smoke_study_plans_every_part_on_one_card(tmp_path):
+    """config/gpu-smoke.yaml on the gpu-workstation system: two baselines, one sensitivity
+    scan and one quantized model, a DDP and an FSDP point on one card, one SR3 point and the
+    report; planned here (no card), offline (the embedded GGUF and the stand-ins)."""
+    cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
+           str(ROOT / "config" / "gpu-smoke.yaml"), "-n"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert planned_jobs(result) == {
+        "convert_gguf": 1, "prepare_data": 3, "baseline": 2, "sensitivity": 1,
+        "gather_sensitivity": 1, "cluster": 1, "quantize": 1, "prepare_instructions": 1,
+        "finetune": 2, "prepare_dust": 1, "diffusion": 1, "report": 1, "all": 1,
+    }  # fmt: skip
+    assert "results/gpu-smoke/gpu-workstation/finetune/" in result.stdout
+
+
 def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):
     """SIGKILL the whole run mid-study; `--unlock` (a killed run keeps its lock) and the
     same command (with the profiles' --rerun-incomplete) finish it, leaving every

@@ -1,9 +1,12 @@
 """The machine's limit: a card's dense peak FLOP/s from its system file (the vendor's datasheet,
-with its address), or a CPU's measured by a GEMM probe; and the dtype `auto` computes in.
+with its address), from resources/gpu_peaks.csv by the name torch reports for the card (a system
+whose cards are not known until a job runs: `peak_flops: by-device-name`), or a CPU's measured by
+a GEMM probe; and the dtype `auto` computes in.
 A CPU's probe runs when nothing else does (the Makefile's set-up, `accelstudy probe`), cached by
 CPU model, flags, threads, usable CPUs, torch version and the variables that steer torch's
 kernel choice; a job that finds no entry probes itself, and says so (it may share the cores)."""
 
+import csv
 import functools
 import hashlib
 import json
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.files import write_json
+from accelstudy.paths import RESOURCES
 from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
@@ -102,22 +106,63 @@ def cpu_rates(threads: int, *, probe_if_missing: bool = True) -> dict[str, Any] 
     return probe(threads, "inside a job")
 
 
-def peak(system: System, device_kind: str, dtype: str, ranks: int, threads: int) -> dict[str, Any]:
-    """The limit of what a job held: `ranks` cards (or CPU processes of `threads` threads)."""
+GPU_PEAKS = RESOURCES / "gpu_peaks.csv"
+BY_NAME = "by-device-name"
+
+
+@functools.cache
+def gpu_peaks() -> dict[str, dict[str, str]]:
+    """resources/gpu_peaks.csv by the exact name torch reports (`torch.cuda.get_device_name()`):
+    the name carries the form factor ("NVIDIA H100 PCIe" is not "NVIDIA H100 80GB HBM3", 756 vs
+    989 TFLOP/s dense BF16), so a row matches one product or none, never a family."""
+    with GPU_PEAKS.open(newline="") as table:
+        return {row["device_name"]: row for row in csv.DictReader(table)}
+
+
+def by_device_name(name: str | None, dtype: str) -> dict[str, Any]:
+    """A card's dense peak in `dtype` from the table's row for `name`: the figure and its
+    datasheet, or None and why (no name before a job runs, a card or dtype the table lacks)."""
+    row = gpu_peaks().get(name or "")
+    if name is None:
+        return {"stated": {"note": "the card's name, known only inside a job"}}
+    if row is None:
+        why = f"'{name}' is not a row of resources/gpu_peaks.csv (add it with its datasheet)"
+        return {"stated": {"note": why}, "device_name": name}
+    figure = row.get(dtype) or None
+    note = row["note"] if figure else f"no {dtype} figure in its row ({row['note']})"
+    stated = {dtype: figure, "doc": row["doc"], "note": note}
+    return {"stated": stated, "device_name": name, "table": "resources/gpu_peaks.csv"}
+
+
+def peak(
+    system: System,
+    device_kind: str,
+    dtype: str,
+    ranks: int,
+    threads: int,
+    device_name: str | None = None,
+) -> dict[str, Any]:
+    """The limit of what a job held: `ranks` cards (or CPU processes of `threads` threads);
+    `device_name` (what torch reports for the card) picks the row of a `by-device-name` system."""
     stated = system.peak_flops if isinstance(system.peak_flops, dict) else {}
+    looked_up: dict[str, Any] = {}
+    if system.peak_flops == BY_NAME:
+        looked_up = by_device_name(device_name, dtype)
+        stated = looked_up.pop("stated")
     if device_kind == "cpu" and system.peak_flops in (None, "measured"):
         entry = cpu_rates(threads) or {}
         per_card = entry.get("flops_per_s", {}).get(dtype)
         source = f"measured: {threads}-thread {dtype} GEMM probe {entry.get('where', 'at set-up')}"
     elif stated.get(dtype) is not None:
         per_card, source = float(stated[dtype]), f"datasheet: {stated['doc']}"
+        source += f" (resources/gpu_peaks.csv, row '{device_name}')" if looked_up else ""
     else:
         per_card, why = None, stated.get("note") or "no figure for it in the system file"
         source = f"unknown: {system.label} {dtype}: {why}"
     if per_card is None:
-        return {"status": "unknown", "source": source, "ranks": ranks}
+        return {"status": "unknown", "source": source, "ranks": ranks, **looked_up}
     block = {"status": "ok", "flops_per_s": per_card * ranks, "per_card_flops_per_s": per_card}
-    return block | {"ranks": ranks, "source": source}
+    return block | {"ranks": ranks, "source": source, **looked_up}
 
 
 def utilization(peak_block: dict[str, Any], achieved: float) -> dict[str, Any]:

@@ -208,7 +208,9 @@ class Job:
         block = {"dtype": dtype, "dtype_reason": reason, "flops_per_unit": flops_per_unit}
         if dtype is None or not rate or flops_per_unit is None:
             return {**block, "status": "unknown", "source": "no FLOP count or rate", "mfu": None}
-        limit = peak.peak(self.system, self.device.kind, dtype, *self.ranks_and_threads())
+        # a system whose card is known only here: the name torch reports picks the table's row
+        name = self.device.name() if self.system.peak_flops == peak.BY_NAME else None
+        limit = peak.peak(self.system, self.device.kind, dtype, *self.ranks_and_threads(), name)
         return {**block, **peak.utilization(limit, rate * flops_per_unit)}
 
     def measure_energy(self) -> None:

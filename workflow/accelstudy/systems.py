@@ -34,7 +34,8 @@ class System:
     slurm: dict[str, Any] = field(default_factory=dict)
     energy: tuple[str, ...] = ()  # sources every job must read (accelstudy.energy); else any
     charge: dict[str, Any] | None = None  # the site's charge rule (accelstudy.cost); None: unknown
-    # dense peak FLOP/s per card and dtype with the datasheet's `doc`; `measured`: a CPU's probe
+    # dense peak FLOP/s per card and dtype with the datasheet's `doc`; `measured`: a CPU's probe;
+    # `by-device-name`: resources/gpu_peaks.csv's row for the card a job finds (accelstudy.peak)
     peak_flops: dict[str, Any] | str | None = None
     walltime: dict[str, Any] | None = None  # the partition's limit (max_minutes) and its doc
     power: dict[str, Any] | None = None  # watts_per_card at full load and its doc
