@@ -66,6 +66,7 @@ def test_every_shipped_system_file_validates():
         ({"results_dir": ""}, "'results_dir'"),
         ({"evaluation": {"block_size": 64, "dtype": "float16"}}, "'evaluation.dtype'"),
         ({"system": "cpu-bf16"}, "'evaluation.dtype': float32 is not offered"),
+        ({"models": {"tiny": {"source": "random", "config": "llama-4"}}}, "'models.tiny.config'"),
     ],
 )
 def test_a_bad_config_value_is_one_line(change, says):

@@ -14,7 +14,7 @@ import yaml
 
 from accelstudy.errors import require, schema_error
 from accelstudy.options import schema
-from accelstudy.paths import PROJECT_ROOT
+from accelstudy.paths import PROJECT_ROOT, RESOURCES
 from accelstudy.recipes import RECIPES
 from accelstudy.tasks import TASKS
 
@@ -115,9 +115,17 @@ def _check_results_dir(results_dir: str, base: Path) -> None:
     require(not inside, "results_dir", problem + "default, which git ignores) or a folder outside")
 
 
+def random_config(reference: str, base: Path) -> Path | None:
+    """A `source: random` model's config.json: resources/models/<reference>/, else `reference`
+    relative to `base`, a config.json or a folder holding one; None where none is."""
+    named, given = RESOURCES / "models" / reference / "config.json", base / reference
+    found = (c for c in (named, given, given / "config.json") if c.is_file())
+    return next(found, None)
+
+
 def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
     source, key = model["source"], f"models.{name}"
-    needed = {"hf": "id", "local": "path", "gguf": "gguf_file"}.get(source)
+    needed = {"hf": "id", "local": "path", "gguf": "gguf_file", "random": "config"}.get(source)
     require(not needed or needed in model, f"{key}.{needed}", f"required when source is '{source}'")
     if source == "local":
         path = model["path"]
@@ -127,6 +135,12 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
     if source == "gguf" and gguf != "embedded":
         problem = f"file '{gguf}' does not exist; give a .gguf path or 'embedded'"
         require((base / gguf).is_file(), f"{key}.gguf_file", problem)
+    if source == "random":
+        given, shipped = model["config"], sorted(p.name for p in (RESOURCES / "models").iterdir())
+        problem = f"'{given}' is neither a shipped model ({shipped}) nor a config.json or a "
+        require(
+            random_config(given, base) is not None, f"{key}.config", problem + "folder with one"
+        )
     if source == "tiny-random":
         tiny = model["tiny"]
         for size, by in [("hidden", "heads"), ("heads", "kv_heads")]:

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from accelstudy import flops, models, points
+from accelstudy.config import random_config
 from accelstudy.cost import Allocation, charged
 from accelstudy.layout import OUTPUTS, STAGE_RULE, StudyLayout, record_files
 from accelstudy.paths import RESOURCES
@@ -112,7 +113,9 @@ def decoder_sizes(config: Mapping[str, Any], model: str) -> dict[str, Any] | Non
         sizes = {name: tiny[key] for name, key in COUNTED.items()}
         return sizes | {"num_key_value_heads": tiny["kv_heads"]}
     prepared = StudyLayout(config, config["system"]).path("prepare_model", model=model)
-    for folder in (RESOURCES / "models" / model, weights_dir(Path(prepared))):
+    named = random_config(spec["config"], Path.cwd()) if spec.get("source") == "random" else None
+    folders = (named.parent,) if named else ()  # a random-weight model's config, as named
+    for folder in (*folders, RESOURCES / "models" / model, weights_dir(Path(prepared))):
         if (folder / "config.json").is_file():
             found = json.loads((folder / "config.json").read_text())
             return found if set(found) >= set(COUNTED) else None  # a decoder flops.py can count

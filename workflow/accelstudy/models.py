@@ -1,4 +1,5 @@
-"""Causal LMs from a prepared directory, and the sources converted first: GGUF, tiny random.
+"""Causal LMs from a prepared directory, and the sources converted first: GGUF, tiny random;
+a `random` source's weights are made in each job (accelstudy.random_source).
 torch and transformers load only where a model does (preparing a Hub or local one reads none)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accelstudy import snapshots
+from accelstudy import random_source, snapshots
 from accelstudy.files import sha256_file, umask_mode, write_json
 from accelstudy.paths import RESOURCES
 from accelstudy.snapshots import ModelSourceError, weights_dir
@@ -166,6 +167,9 @@ def load_prepared(
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if random_source.is_random(path):  # no weights on disk: made here, in `dtype`
+        made = random_source.build(path, "cpu", **{DTYPE_KWARG: dtype or torch.float32})
+        return made.eval(), tokenizer
     options = {"use_safetensors": True, DTYPE_KWARG: dtype or torch.float32}
     return AutoModelForCausalLM.from_pretrained(str(path), **options).eval(), tokenizer
 
@@ -187,6 +191,9 @@ def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, A
         known = (out / snapshots.MANIFEST).is_file()
         before = snapshots.read_manifest(out)["files"] if known else {}
         manifest |= {"path": str(folder), **snapshots.local_files(folder, before)}
+    elif source == "random":  # config and tokenizer only: each job makes the weights
+        manifest |= random_source.prepare(spec, out, seed)
+        folder = out
     else:  # converted to FP32 safetensors in `out`
         save_prepared(*load_from_source(spec, seed=seed), out)
         folder = out

@@ -21,7 +21,7 @@ from peft import LoraConfig, TaskType, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, default_data_collator
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from accelstudy import ranks, timeline
+from accelstudy import random_source, ranks, timeline
 from accelstudy.data.instructions import concatenated_blocks, load_examples
 from accelstudy.device import DTYPES, Device, host_peak_rss
 from accelstudy.errors import StudyError
@@ -102,6 +102,13 @@ def decoder_layer_classes(model_dir: Path) -> list[str]:
     return sorted({c.__name__ for c in classes if wanted & {base.__name__ for base in c.mro()}})
 
 
+def rank_device(point: FinetunePoint, device_kind: str) -> str:
+    """Where a random-weight model is made: on this rank's card where every rank holds it whole
+    (DDP); on the CPU where it is sharded after (FSDP from rank 0; ZeRO-3 under zero.Init)."""
+    whole = STRATEGIES[point.strategy].loads == "every rank"
+    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if whole and device_kind == "cuda" else "cpu"
+
+
 def load_model(
     model_dir: Path, point: FinetunePoint, device_kind: str = "cpu"
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
@@ -115,7 +122,10 @@ def load_model(
     # all ranks but under torch's FSDP, where rank 0 alone loads (RAM-efficient loading)
     alone = STRATEGIES[point.strategy].loads == "rank 0" and device_kind != "hpu"
     if not alone or os.environ.get("RANK", "0") == "0":
-        model = AutoModelForCausalLM.from_pretrained(weights, use_safetensors=True, **kwargs)
+        if random_source.is_random(Path(weights)):  # no weights on disk: made in the dtype
+            model = random_source.build(Path(weights), rank_device(point, device_kind), **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(weights, use_safetensors=True, **kwargs)
     else:
         with init_empty_weights(include_buffers=False):
             model = AutoModelForCausalLM.from_config(load_model_config(model_dir), **kwargs)
