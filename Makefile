@@ -61,6 +61,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/finetune.py
 	$(BIN)/python bench/diffusion.py
 	$(BIN)/python bench/vs_lm_eval.py
+	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/planner.py
 	$(BIN)/python bench/vs_trainer.py
 
 clean-venv:

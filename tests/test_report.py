@@ -773,6 +773,8 @@ def test_time_tables_join_benchmarks_and_timelines(tmp_path):
         "ready_s": 4.0,
         "measured_s": 4.5,
         "end_s": 9.0,
+        "phases": {"imports_s": 2.0, "device_s": 0.25, "model_s": 0.5},
+        "rank_phases": {"imports_s": 1.0, "data_s": 0.25},
     }
     inside = measured / "baseline" / "m" / "boolq" / "paper.json"
     write_record(inside, record)
@@ -781,6 +783,8 @@ def test_time_tables_join_benchmarks_and_timelines(tmp_path):
     baseline = jobs[jobs["job"] == "m/boolq/paper"].iloc[0]
     assert (baseline["wall_s"], baseline["cpu_s"], baseline["max_rss_mib"]) == (9.5, 9.0, 700.0)
     assert (baseline["startup_s"], baseline["measured_s"]) == (4.5, 4.5)
+    phases = ["imports_s", "device_s", "model_s", "data_s"]  # the process's and rank 0's, summed
+    assert baseline[phases].tolist() == [3.0, 0.2, 0.5, 0.2]  # (round(0.25, 1): 0.2)
     apart = jobs[jobs["job"] == str(elsewhere.with_suffix(""))].iloc[0]
     assert pd.isna(apart["wall_s"]) and apart["startup_s"] == 4.5
     by_rule = rules.set_index("rule")

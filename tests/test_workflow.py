@@ -185,9 +185,17 @@ def test_where_the_time_went(study):
     assert len(timed) == 4 + 4 + 3 + 6 and timed["wall_s"].notna().all()
     assert (timed["startup_s"] > 0).all() and (timed["measured_s"] >= 0).all()
     assert (timed["startup_s"] + timed["measured_s"] <= timed["wall_s"] + 0.2).all()
+    # each job a program: its imports timed; the phases (rounded to 0.1 s) within its start-up
+    phases = timed[["imports_s", "device_s", "model_s", "data_s"]]
+    assert (timed["imports_s"] > 0.5).all() and phases.notna().all().all()
+    assert (phases.sum(axis=1) <= timed["startup_s"] + 0.3).all()
     record = json.loads((study / "results/tiny/cpu/baseline/tiny/boolq/paper.json").read_text())
     times = record["provenance"]["timeline"]
     assert 0 < times["ready_s"] <= times["measured_s"] < times["end_s"]
+    phases = times["phases"]  # its model's files: weights, config and tokenizer
+    model = study / "results/tiny/models/tiny"
+    read = [f for f in model.iterdir() if f.suffix in (".safetensors", ".json")]
+    assert phases["model_bytes"] == sum(f.stat().st_size for f in read if f.name != "manifest.json")
     assert "Where the time went" in (study / "results/tiny/report/report.md").read_text()
 
 

@@ -215,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if isinstance(target, str):
             target = pkgutil.resolve_name(f"accelstudy.{target}")
+        if argv is None:  # a program (not a call in-process): its start-up until now is imports
+            from accelstudy import timeline
+
+            timeline.imported()
         if isinstance(report := target(**options), Path):  # a report's index: say where
             print(report)
     except StudyError as exc:

@@ -127,7 +127,8 @@ class PointJob(Job):
         finally:
             result.unlink(missing_ok=True)
         self.rank_hosts, self.energy = outcome.get("rank_hosts", []), outcome.get("energy")
-        timeline.MARKS.update(outcome.get("timeline", {}))  # rank 0's phases
+        timeline.MARKS.update(outcome.get("timeline", {}))  # rank 0's marks and phases
+        timeline.RANK_PHASES.update(outcome.get("phases", {}))
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = Device(outcome["device"], self.system.label)

@@ -11,9 +11,9 @@ import shutil
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from accelstudy import random_source, snapshots
+from accelstudy import random_source, snapshots, timeline
 from accelstudy.files import sha256_file, umask_mode, write_json
 from accelstudy.paths import RESOURCES
 from accelstudy.snapshots import ModelSourceError, weights_dir
@@ -161,17 +161,35 @@ def load_prepared(
 ) -> tuple[PreTrainedModel, Tokenizer]:
     """A prepared model (snapshot, local or converted) in `dtype` (else FP32): safetensors only."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     path = weights_dir(path)
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    if random_source.is_random(path):  # no weights on disk: made here, in `dtype`
-        made = random_source.build(path, "cpu", **{DTYPE_KWARG: dtype or torch.float32})
-        return made.eval(), tokenizer
-    options = {"use_safetensors": True, DTYPE_KWARG: dtype or torch.float32}
-    return AutoModelForCausalLM.from_pretrained(str(path), **options).eval(), tokenizer
+    with timeline.phase("model"):
+        model_class = causal_lm_class(path)
+        timeline.read_model_files(model_files(path))
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        if random_source.is_random(path):  # no weights on disk: made here, in `dtype`
+            made = random_source.build(path, "cpu", **{DTYPE_KWARG: dtype or torch.float32})
+            return made.eval(), tokenizer
+        options: dict[str, Any] = {"use_safetensors": True, DTYPE_KWARG: dtype or torch.float32}
+        return model_class.from_pretrained(str(path), **options).eval(), tokenizer
+
+
+def causal_lm_class(path: Path) -> type[PreTrainedModel]:
+    """The model class of a prepared model's config; its code's import counts as imports."""
+    from transformers import AutoModelForCausalLM
+
+    with timeline.phase("imports"):
+        config = load_model_config(path)
+        return cast("type[PreTrainedModel]", AutoModelForCausalLM._model_mapping[type(config)])
+
+
+def model_files(path: Path) -> list[Path]:
+    """What loading a prepared model reads: its weights, config and tokenizer files."""
+    read = (".safetensors", ".json", ".model")
+    return sorted(p for p in path.iterdir() if p.suffix in read and p.name != snapshots.MANIFEST)
 
 
 def prepare_model(spec: dict[str, Any], out: Path, seed: int = 0) -> dict[str, Any]:

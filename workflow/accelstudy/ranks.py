@@ -68,11 +68,13 @@ def run(point: Point, out: Path, work: Callable[[Device], Measured], summarise: 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     if rank == 0:
         out.unlink(missing_ok=True)  # never take an earlier run's result as this one's
-    device = resolve(getattr(point, "device", None) or "auto")
+    with timeline.phase("device"):
+        device = resolve(getattr(point, "device", None) or "auto")
     card = local_rank if device.kind in ("cuda", "hpu") else None
     required = tuple(filter(None, os.environ.get(ENERGY_SOURCES, "").split(",")))
     try:  # its card's counter; the first rank of a node, the node's CPU packages too
-        meter = EnergyMeter(device.kind, card, package=local_rank == 0, required=required)
+        with timeline.phase("device"):
+            meter = EnergyMeter(device.kind, card, package=local_rank == 0, required=required)
     except EnergySourceError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         return 2
@@ -97,7 +99,7 @@ def run(point: Point, out: Path, work: Callable[[Device], Measured], summarise: 
     if rank == 0:
         measurements, hosts, energies = map(list, zip(*measured, strict=True))
         result = {**summarise(measurements), "rank_hosts": hosts, "energy": combine(energies)}
-        write_result(out, "ok", result | {"timeline": timeline.MARKS})
+        write_result(out, "ok", result | {"timeline": timeline.MARKS, "phases": timeline.phases()})
     if torch.distributed.is_initialized():
         # leave together: a rank that tears gloo down while a peer still talks aborts it
         torch.distributed.barrier()

@@ -187,7 +187,7 @@ class Job:
         return cls(system=load_system(system) if isinstance(system, str) else system, **flags)
 
     def __post_init__(self) -> None:
-        timeline.MARKS.clear()  # this job's phases, not an earlier job's in the same process
+        timeline.begin_job()  # this job's phases, not an earlier job's in the same process
 
     def ranks_and_threads(self) -> tuple[int, int]:
         """What computed: this process's cards (one) or torch threads."""
@@ -215,8 +215,9 @@ class Job:
 
     def measure_energy(self) -> None:
         """From now on, this process's card (if it drives one) and CPU packages."""
-        card = 0 if self.device.kind in ("cuda", "hpu") else None
-        self.meter = EnergyMeter(self.device.kind, card, package=True, required=self.system.energy)
+        card, required = 0 if self.device.kind in ("cuda", "hpu") else None, self.system.energy
+        with timeline.phase("device"):  # the card's and packages' counters opened
+            self.meter = EnergyMeter(self.device.kind, card, package=True, required=required)
 
     def allocation(self) -> Allocation:
         """What this job holds: one card where it drives one, its torch threads as cores."""
@@ -226,7 +227,8 @@ class Job:
     def device(self) -> Any:
         from accelstudy.device import resolve  # torch, only once a job runs
 
-        return resolve(self.device_kind)
+        with timeline.phase("device"):
+            return resolve(self.device_kind)
 
     def write(self, measured: Record) -> dict[str, Any]:
         """Write this job's record (the one writer every stage calls) and return it."""

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 
 RESAMPLES = 1000  # bootstrap draws (seed 0): a perplexity's standard error
 ALPHA = 0.05
@@ -60,6 +59,8 @@ def stderrs(items: pd.DataFrame, metrics: dict[str, float]) -> dict[str, float]:
 
 def mcnemar(ours: np.ndarray, theirs: np.ndarray) -> tuple[int, int, float]:
     """McNemar's exact test on paired correctness: (only ours right, only theirs right, p)."""
+    from scipy.stats import binomtest  # the report's, not an evaluation job's import (0.3 s)
+
     b, c = int(np.sum(ours & ~theirs)), int(np.sum(~ours & theirs))
     return b, c, 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
 
@@ -69,6 +70,8 @@ def mcnemar_interval(b: int, c: int, n: int) -> tuple[float, float]:
     (as McNemar's exact test is): Clopper & Pearson's (Biometrika, 1934) interval for the share
     t of them ours got right, as (b + c) / n * (2t - 1). It holds at any count, and excludes
     zero exactly when McNemar's exact p is at most 0.05 (the binomial at 1/2 is symmetric)."""
+    from scipy.stats import binomtest
+
     if b + c == 0:  # no item tells the two apart: the difference on these items is 0
         return 0.0, 0.0
     share = binomtest(b, b + c).proportion_ci(1 - ALPHA, method="exact")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accelstudy import timeline
 from accelstudy.errors import StudyError
 from accelstudy.files import atomic_open, sha256_file, write_json
 from accelstudy.layout import beside
@@ -223,5 +224,5 @@ def prepare_data(task: str, spec: dict[str, Any], split: str, out: str | Path) -
 
 
 def read_prepared(path: str | Path) -> list[Row]:
-    with open(path) as handle:
+    with timeline.phase("data"), open(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]

@@ -35,19 +35,22 @@ def batches(loader: DataLoader, sampler: DistributedSampler):
 
 def run_point(point: DiffusionPoint, data: Path, samples: Path, device: Device) -> ranks.Measured:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    if device.kind == "hpu":
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
-    if device.kind == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    torch.distributed.init_process_group(BACKENDS[device.kind])
+    with timeline.phase("device"):
+        if device.kind == "hpu":
+            import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
+        if device.kind == "cuda":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.distributed.init_process_group(BACKENDS[device.kind])
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    pairs = load_pairs(data)
+    with timeline.phase("data"):
+        pairs = load_pairs(data)
     size = pairs["hr"].shape[-1]
     torch.manual_seed(point.seed)  # every rank builds the same network
     baseline = psutil.Process().memory_info().rss
     device.reset_peak_memory()
     dtype = DTYPES[point.dtype]
-    unet = sr3.build_unet(point.model, size).to(device.torch, dtype)
+    with timeline.phase("model"):  # built, not read: no model bytes
+        unet = sr3.build_unet(point.model, size).to(device.torch, dtype)
     table = sr3.sqrt_alpha_bar_prev(sr3.scheduler(point.schedule))
     dataset = TensorDataset(pairs["lr"], pairs["hr"], torch.arange(len(pairs["hr"])))
     sampler = DistributedSampler[int](dataset, world, rank, seed=point.seed, drop_last=True)
@@ -130,6 +133,8 @@ def summarise(measured: list[ranks.Measured]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # a rank's program: its start-up until now is imports
+        timeline.imported()
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--point", type=DiffusionPoint.from_json, required=True)
     parser.add_argument("--data", type=Path, required=True, help="the prepared pairs (npz)")

@@ -27,7 +27,7 @@ from accelstudy.device import DTYPES, Device, host_peak_rss
 from accelstudy.errors import StudyError
 from accelstudy.files import read_json, sha256_file, write_json
 from accelstudy.finetune import engines
-from accelstudy.models import DTYPE_KWARG, load_model_config
+from accelstudy.models import DTYPE_KWARG, causal_lm_class, load_model_config, model_files
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import weights_dir
 from accelstudy.strategies import STRATEGIES
@@ -96,6 +96,7 @@ class Meter(TrainerCallback):
 def decoder_layer_classes(model_dir: Path) -> list[str]:
     """What FSDP wraps: the no-split modules' classes as built (on Gaudi, optimum-habana's, which
     it swaps in after the planner may have cached a model: so built anew here)."""
+    causal_lm_class(weights_dir(model_dir))  # its code's import charged to imports
     with init_empty_weights():
         model = AutoModelForCausalLM.from_config(load_model_config(model_dir))
     wanted, classes = set(model._no_split_modules), {type(m) for m in model.modules()}
@@ -122,6 +123,7 @@ def load_model(
     # all ranks but under torch's FSDP, where rank 0 alone loads (RAM-efficient loading)
     alone = STRATEGIES[point.strategy].loads == "rank 0" and device_kind != "hpu"
     if not alone or os.environ.get("RANK", "0") == "0":
+        timeline.read_model_files(model_files(Path(weights)))
         if random_source.is_random(Path(weights)):  # no weights on disk: made in the dtype
             model = random_source.build(Path(weights), rank_device(point, device_kind), **kwargs)
         else:
@@ -167,20 +169,27 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path, device: Device) 
     for key, value in engines.process_env().items():
         os.environ.setdefault(key, value)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    engines.prepare_state(point.strategy, device.kind)
+    with timeline.phase("device"):
+        engines.prepare_state(point.strategy, device.kind)
     baseline = psutil.Process().memory_info().rss
     device.reset_peak_memory()
     kept = checkpoint_dir(out) if point.checkpoint_steps else None
     with tempfile.TemporaryDirectory(prefix="accelstudy-ft-") as scratch:
-        layers = decoder_layer_classes(model_dir)
-        args = engines.training_arguments(point, kept or Path(scratch), device.kind, layers)
-        model, tokenizer = load_model(model_dir, point, device.kind)  # after the args: zero.Init
+        with timeline.phase("model"):
+            layers = decoder_layer_classes(model_dir)
+        with timeline.phase("device"):  # the process group: accelerate's state, made on first use
+            args = engines.training_arguments(point, kept or Path(scratch), device.kind, layers)
+            _ = args.device
+        with timeline.phase("model"):
+            model, tokenizer = load_model(model_dir, point, device.kind)  # after args: zero.Init
         loaded = psutil.Process().memory_info().rss - baseline
         # exactly the blocks the steps consume: steps x batch x accumulation x ranks
         needed = point.max_steps * point.samples_per_step * args.world_size
-        examples = load_examples(point.data or {"source": "standin"})
-        blocks = concatenated_blocks(examples, tokenizer, point.max_seq_length, limit=needed)
-        meter, data = Meter(point.throughput_warmup_steps), Dataset.from_dict(blocks)
+        with timeline.phase("data"):
+            examples = load_examples(point.data or {"source": "standin"})
+            blocks = concatenated_blocks(examples, tokenizer, point.max_seq_length, limit=needed)
+            data = Dataset.from_dict(blocks)
+        meter = Meter(point.throughput_warmup_steps)
         kwargs = dict(train_dataset=data, data_collator=default_data_collator, callbacks=[meter])
         trainer = engines.trainer(point, device.kind, model, args, **kwargs)
         resume = last_checkpoint(kept) if kept else None
@@ -217,6 +226,8 @@ def ensure_gaudi_mode(point: FinetunePoint, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # a rank's program: its start-up until now is imports
+        timeline.imported()
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--point", type=FinetunePoint.from_json, required=True)

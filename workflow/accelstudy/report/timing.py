@@ -10,7 +10,9 @@ from accelstudy.files import read_json
 from accelstudy.layout import STAGE_RULE, job_name
 from accelstudy.report.pages import NOTES, Section, write_csv
 
-JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", "startup_s", "measured_s"]
+PHASES = ["imports_s", "device_s", "model_s", "data_s"]  # accelstudy.timeline.STARTUP's
+TIMED = ["rule", "job", "startup_s", *PHASES, "measured_s"]
+JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", *TIMED[2:]]
 
 
 def benchmarks(*roots: Path) -> pd.DataFrame:
@@ -27,7 +29,8 @@ def benchmarks(*roots: Path) -> pd.DataFrame:
 
 def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFrame:
     """A row per record: seconds from its process start to its first measured step (start-up:
-    interpreter, imports, model and data, warm-up), and from there to its record."""
+    interpreter, imports, model and data, warm-up), the phases of it the job named (a launched
+    point's: its own and its rank 0's, one after the other), and from there to its record."""
     rows = []
     for path in map(Path, record_paths):
         record = read_json(path)
@@ -40,8 +43,13 @@ def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFram
             job = job_name(path.resolve().relative_to(measured.resolve()))
         except ValueError:  # a record from elsewhere: named by its path
             job = str(path.with_suffix(""))
-        rows.append([rule, job, startup, times["end_s"] - startup])
-    return pd.DataFrame(rows, columns=["rule", "job", "startup_s", "measured_s"])
+        named = [times.get(k, {}) for k in ("phases", "rank_phases")]
+        spent = [
+            sum(p[k] for p in named if k in p) if any(k in p for p in named) else None
+            for k in PHASES
+        ]
+        rows.append([rule, job, startup, *spent, times["end_s"] - startup])
+    return pd.DataFrame(rows, columns=TIMED)
 
 
 def time_tables(
