@@ -416,6 +416,13 @@ def test_bad_config_fails_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def plan_shipped(workdir: Path, name: str) -> tuple[dict[str, int], str]:
+    """A study config/ ships, planned in a folder of its own: its jobs per rule, its output."""
+    result = snakemake(workdir, "-n", config=yaml.safe_load((ROOT / "config" / name).read_text()))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return planned_jobs(result), result.stdout
+
+
 def test_paper_study_plans_the_published_setup(tmp_path):
     """config/paper.yaml: 3 tasks x 2 protocols, 22 sensitivity jobs per task, 3 bit lists x
     3 recipes per task on TinyLlama; 3 models x 3 strategies x 5 card counts x 2 attention
@@ -423,11 +430,7 @@ def test_paper_study_plans_the_published_setup(tmp_path):
     without a network or a GPU (the authors' instruction data: a local file, here empty)."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "psychology.parquet").touch()
-    cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
-           str(ROOT / "config" / "paper.yaml"), "-n"]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert planned_jobs(result) == {
+    assert plan_shipped(tmp_path, "paper.yaml")[0] == {
         "prepare_data": 6, "prepare_model": 4, "baseline": 6, "sensitivity": 66,
         "gather_sensitivity": 3, "cluster": 9, "quantize": 27, "prepare_instructions": 1,
         "finetune": 270, "prepare_dust": 1, "diffusion": 3, "report": 1, "all": 1,
@@ -438,16 +441,13 @@ def test_gpu_smoke_study_plans_every_part_on_one_card(tmp_path):
     """config/gpu-smoke.yaml on the gpu-workstation system: two baselines, one sensitivity
     scan and one quantized model, a DDP and an FSDP point on one card, one SR3 point and the
     report; planned here (no card), offline (the embedded GGUF and the stand-ins)."""
-    cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
-           str(ROOT / "config" / "gpu-smoke.yaml"), "-n"]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert planned_jobs(result) == {
+    jobs, planned = plan_shipped(tmp_path, "gpu-smoke.yaml")
+    assert jobs == {
         "convert_gguf": 1, "prepare_data": 3, "baseline": 2, "sensitivity": 1,
         "gather_sensitivity": 1, "cluster": 1, "quantize": 1, "prepare_instructions": 1,
         "finetune": 2, "prepare_dust": 1, "diffusion": 1, "report": 1, "all": 1,
     }  # fmt: skip
-    assert "results/gpu-smoke/gpu-workstation/finetune/" in result.stdout
+    assert "results/gpu-smoke/gpu-workstation/finetune/" in planned
 
 
 def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):

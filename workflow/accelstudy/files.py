@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,24 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(out: Path) -> Iterator[Path]:
+    """A temporary sibling folder to fill; it replaces `out` only if the block succeeds, its
+    files given the umask's modes (mkdtemp's 0700 and safetensors' 0600 otherwise)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        for written in [tmp, *tmp.rglob("*")]:
+            umask_mode(written, written.is_dir())
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
-import shutil
-import tempfile
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from accelstudy import random_source, snapshots, timeline
-from accelstudy.files import sha256_file, umask_mode, write_json
+from accelstudy.files import atomic_directory, sha256_file, write_json
 from accelstudy.paths import RESOURCES
 from accelstudy.snapshots import ModelSourceError, weights_dir
 
@@ -141,19 +138,9 @@ def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> No
     """Write model + tokenizer as safetensors into `out`, atomically (temp dir, then rename)."""
     out = Path(out)
     refuse_foreign(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        for written in [tmp, *tmp.rglob("*")]:  # mkdtemp's 0700, safetensors' 0600 as well
-            umask_mode(written, written.is_dir())
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def load_prepared(

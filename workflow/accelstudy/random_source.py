@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelstudy.config import random_config
-from accelstudy.files import umask_mode
+from accelstudy.files import atomic_directory
 from accelstudy.snapshots import MANIFEST, ModelSourceError
 
 if TYPE_CHECKING:
@@ -92,19 +89,9 @@ def prepare(spec: dict[str, Any], out: Path, seed: int) -> dict[str, Any]:
     source = config_file(spec["config"])
     text = source.read_text()
     config = json.loads(text)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         (tmp / "config.json").write_text(text)
         synthetic_tokenizer(config).save_pretrained(tmp)
-        for written in [tmp, *tmp.rglob("*")]:
-            umask_mode(written, written.is_dir())
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     digest = f"sha256:{hashlib.sha256(text.encode()).hexdigest()}"
     return {"config": spec["config"], "config_digest": digest, "seed": seed, "weights": NOTE}
 
