@@ -6,10 +6,14 @@ that start with "ratio: " (tests/test_bench.py runs each so)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -56,3 +60,21 @@ def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
 
 def set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
+
+
+def launch_point(spec: Any, model_dir: Path, out: Path, system_name: str, threads: int) -> dict:
+    """One fine-tuning point (a FinetunePoint) through the launcher the pipeline uses, on
+    `threads` cores: its ranks' result (rank 0 writes it to `out`)."""
+    from accelstudy import launch
+    from accelstudy.finetune.job import WORKER
+    from accelstudy.systems import load_system
+
+    system = load_system(system_name)
+    args = ["--point", spec.to_json(), "--model-dir", str(model_dir), "--out", str(out)]
+    # OMP threads per rank: the ranks share this run's threads, as the launcher splits them
+    env = {"OMP_NUM_THREADS": str(max(1, threads // system.layout(spec.cards)[1]))}
+    command = launch.command(system, spec.cards, WORKER, args, spec.strategy)
+    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
+    if done.returncode or not out.is_file():
+        raise SystemExit(f"{spec.strategy}/{spec.attention} failed:\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text())

@@ -8,23 +8,17 @@ planner's predicted model-state bytes and peak against what the ranks measured.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from accelstudy import launch
-from accelstudy.finetune.job import WORKER
 from accelstudy.finetune.planner import plan_card
 from accelstudy.models import load_model_config, save_prepared
 from accelstudy.points import FinetunePoint, Lora
 from accelstudy.strategies import STRATEGIES
-from accelstudy.systems import load_system
-from common import load_model, parse_args
+from common import launch_point, load_model, parse_args
 
 STATES = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 
@@ -42,13 +36,7 @@ def run(strategy: str, model_dir: Path, tiny: bool, threads: int) -> tuple[dict,
     """(the ranks' result, the point) of one 2-process run through the launcher."""
     spec = point(strategy, tiny)
     out = model_dir.parent / f"{strategy}.json"
-    system = load_system("cpu")
-    args = ["--point", spec.to_json(), "--model-dir", str(model_dir), "--out", str(out)]
-    # OMP threads per rank: the ranks share this run's threads, as the launcher splits them
-    env = {"OMP_NUM_THREADS": str(max(1, threads // system.layout(2)[1]))}
-    command = launch.command(system, 2, WORKER, args, strategy)
-    subprocess.run(command, check=True, env={**os.environ, **env}, capture_output=True)
-    return json.loads(out.read_text()), spec
+    return launch_point(spec, model_dir, out, "cpu", threads), spec
 
 
 def main() -> int:

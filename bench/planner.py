@@ -15,24 +15,21 @@ either way: a bound missed is a finding (docs/measurements.md), not a failed run
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).parent))
 
-from accelstudy import launch
 from accelstudy.device import resolve
-from accelstudy.finetune.job import WORKER
 from accelstudy.finetune.planner import plan_card, plan_host
 from accelstudy.models import load_model_config, prepare_model
 from accelstudy.points import FinetunePoint, Lora
 from accelstudy.strategies import STRATEGIES
 from accelstudy.systems import load_system
-from common import parse_args
+from common import launch_point, parse_args
 
 SPECS = {  # the models per device kind: name -> prepare-model spec
     "cpu": {
@@ -60,14 +57,7 @@ def point(strategy: str, attention: str, cards: int, kind: str) -> FinetunePoint
 
 def measure(spec: FinetunePoint, model_dir: Path, kind: str, threads: int) -> dict:
     """The ranks' result of one run through the launcher."""
-    out, system = model_dir.parent / "point.json", load_system(SYSTEM[kind])
-    args = ["--point", spec.to_json(), "--model-dir", str(model_dir), "--out", str(out)]
-    env = {"OMP_NUM_THREADS": str(max(1, threads // system.layout(spec.cards)[1]))}
-    command = launch.command(system, spec.cards, WORKER, args, spec.strategy)
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
-    if done.returncode or not out.is_file():
-        raise SystemExit(f"{spec.strategy}/{spec.attention} failed:\n{done.stderr[-3000:]}")
-    return json.loads(out.read_text())
+    return launch_point(spec, model_dir, model_dir.parent / "point.json", SYSTEM[kind], threads)
 
 
 def errors(spec: FinetunePoint, model_dir: Path, result: dict) -> dict[str, float]:
@@ -90,7 +80,7 @@ def main() -> int:
     kind = resolve("auto").kind
     if kind not in SPECS:
         raise SystemExit(f"no planner bench for device kind '{kind}'")
-    cards = 2 if kind == "cpu" else min(2, __import__("torch").cuda.device_count())
+    cards = 2 if kind == "cpu" else min(2, torch.cuda.device_count())
     models = dict(itertools.islice(SPECS[kind].items(), 1 if args.tiny else None))
     strategies = ("ddp",) if args.tiny else tuple(STRATEGIES)
     attentions = ("fused",) if args.tiny else ("fused", "eager")

@@ -31,13 +31,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from accelstudy import launch
-from accelstudy.finetune.job import WORKER
 from accelstudy.models import model_files
 from accelstudy.points import FinetunePoint, Lora
-from accelstudy.systems import load_system
 from accelstudy.tasks import relevant_settings
-from common import parse_args
+from common import launch_point, parse_args
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,10 +119,8 @@ def point(tiny: bool) -> FinetunePoint:
 
 def ranks_device(work: Path, model: Path, tiny: bool, threads: int) -> float:
     """A DDP point's rank 0 under the pipeline's torchrun: its device and process-group phase."""
-    out, system = work / "ranks.json", load_system("cpu")
-    args = ["--point", point(tiny).to_json(), "--model-dir", str(model), "--out", str(out)]
-    run(launch.command(system, 2, WORKER, args), max(1, threads // 2))
-    return json.loads(out.read_text())["phases"]["device_s"]
+    result = launch_point(point(tiny), model, work / "ranks.json", "cpu", threads)
+    return result["phases"]["device_s"]
 
 
 def bare_group(work: Path, threads: int) -> float:

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from accelstudy import random_source
 from accelstudy.files import read_json
 from accelstudy.layout import wildcards_of
 from accelstudy.paths import RESOURCES
@@ -400,7 +401,7 @@ def sections(
     published = load_published()
     # a random-weight model's perplexity and accuracy mean nothing: never beside published ones
     if "weights" in records:
-        records = records[~records["weights"].fillna("").str.startswith("random")]
+        records = records[records["weights"] != random_source.NOTE]
     baseline = baseline_table(records, published)
     versus = versus_baseline(records)  # reads the items once for Table 1, the figure, the words
     our_table1 = table1(records, [bits_label(b) for b in bit_lists], versus)

@@ -9,8 +9,9 @@ import pandas as pd
 from accelstudy.files import read_json
 from accelstudy.layout import STAGE_RULE, job_name
 from accelstudy.report.pages import NOTES, Section, write_csv
+from accelstudy.timeline import STARTUP
 
-PHASES = ["imports_s", "device_s", "model_s", "data_s"]  # accelstudy.timeline.STARTUP's
+PHASES = [f"{phase}_s" for phase in STARTUP]  # imports, device, model, data
 TIMED = ["rule", "job", "startup_s", *PHASES, "measured_s"]
 JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", *TIMED[2:]]
 
@@ -43,12 +44,9 @@ def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFram
             job = job_name(path.resolve().relative_to(measured.resolve()))
         except ValueError:  # a record from elsewhere: named by its path
             job = str(path.with_suffix(""))
-        named = [times.get(k, {}) for k in ("phases", "rank_phases")]
-        spent = [
-            sum(p[k] for p in named if k in p) if any(k in p for p in named) else None
-            for k in PHASES
-        ]
-        rows.append([rule, job, startup, *spent, times["end_s"] - startup])
+        spent = pd.DataFrame([times.get("phases", {}), times.get("rank_phases", {})])
+        phases = spent.reindex(columns=PHASES).sum(min_count=1)  # a phase neither timed: blank
+        rows.append([rule, job, startup, *phases, times["end_s"] - startup])
     return pd.DataFrame(rows, columns=TIMED)
 
 
