@@ -22,10 +22,21 @@ from accelstudy.snapshots import weights_dir
 from accelstudy.strategies import STRATEGIES
 from accelstudy.systems import System
 
-# Beyond the tensors counted here, stated, not fitted per point: cpu, allocator slack, thread
-# pools, oneDNN's reordered bf16 weights; cuda, context and cuBLAS workspaces; hpu, the runtime.
-FRAMEWORK_OVERHEAD = {"cpu": 0.3e9, "cuda": 1.0e9, "hpu": 2.0e9}
+# Beyond the tensors counted here, stated, not fitted per point: cpu, the imports after the
+# record's baseline, code pages, thread pools (the tiny Llama's ranks: 75-91 MB, 2026-12); cuda,
+# context and cuBLAS workspaces; hpu, the runtime.
+FRAMEWORK_OVERHEAD = {"cpu": 0.09e9, "cuda": 1.0e9, "hpu": 2.0e9}
+CPU_ENGINE = {"deepspeed": 0.03e9}  # its engine and comm op on the cpu: tiny Llama ranks +25-30 MB
 ZERO3_PERSISTENCE = 100_000  # DeepSpeed's default stage3_param_persistence_threshold
+ZERO3_REUSE = 1_000_000_000  # DeepSpeed's default stage3_max_reuse_distance, in elements
+# cpu: glibc keeps what it frees under its mmap threshold, which it raises to the largest chunk
+# freed up to 32 MiB (mallopt(3)): RSS keeps the heap's high water. What a rank frees of weights-
+# sized buffers stays, measured here (2026-12: SmolLM2-135M at 128-512 tokens and a 12-layer copy,
+# 1 and 2 ranks; planned above the range): ddp, about the weights (with 2 ranks, the Trainer copies
+# them moving them to accelerate's cpu:0; 0.4-1.1: 1.5); deepspeed, per layer its gather's flat
+# buffer and per-parameter copies (0.8-2.6 layers: 3); fsdp, per layer and pass its all-gather
+# buffers beyond the activations that reuse them (2.2-3.3 layers: 3), at least the gathered one.
+CPU_HEAP_KEPT = {"ddp": 1.5, "deepspeed": 3.0, "fsdp": 3.0}
 # A rank's process before any weights: Python with our imports (cpu: 0.55-0.6 GB measured here
 # in 2026-11), plus CUDA's or Habana's runtime libraries and context. Stated, not fitted.
 HOST_PROCESS = {"cpu": 0.6e9, "cuda": 3.0e9, "hpu": 4.0e9}
@@ -113,33 +124,51 @@ def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str,
 
 
 def activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
-    """What autograd keeps of one micro-batch, per card. Per layer and token: both norms' inputs
-    and outputs (4h), q, k, v (h + 2kv), q and k after RoPE (h + kv), k and v per query head (2h),
-    attention output and o_proj's input (2h), LoRA's inputs (h per target), the MLP's 4i; eager
-    attention adds the scores and their FP32 softmax twice. Logits: the dtype, then FP32 thrice."""
+    """What autograd keeps of one micro-batch, per card: its layers' and the logits'. Logits: the
+    dtype, then FP32 thrice (transformers' loss upcasts them; log-softmax and its gradient)."""
     b, s, width = point.per_device_batch, point.max_seq_length, DTYPE_BYTES[point.dtype]
-    h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    heads = config.num_attention_heads
+    layers = config.num_hidden_layers * layer_activation_bytes(config, point)
+    return layers + b * s * config.vocab_size * (width + 3 * 4)
+
+
+def layer_activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
+    """One layer's, per token: both norms' inputs and outputs (4h), q, k, v (h + 2kv), q and k after
+    RoPE (h + kv), k and v per query head (2h), attention output and o_proj's input (2h), LoRA's
+    inputs (h per target), the MLP's 4i; eager attention adds the scores and their FP32 softmax."""
+    b, s, width = point.per_device_batch, point.max_seq_length, DTYPE_BYTES[point.dtype]
+    h, i, heads = config.hidden_size, config.intermediate_size, config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or h // heads
     q, kv = heads * head_dim, config.num_key_value_heads * head_dim
     lora = len(point.lora.targets) * h if point.method == "lora" else 0
     per_token = 4 * h + (q + 2 * kv) + (q + kv) + 2 * q + 2 * h + lora + 4 * i
-    per_layer = b * s * per_token * width
-    if point.attention == "eager":
-        per_layer += b * heads * s * s * (2 * width + 4)
-    return n * per_layer + b * s * config.vocab_size * (width + 3 * 4)
+    scores = b * heads * s * s * (2 * width + 4) if point.attention == "eager" else 0
+    return b * s * per_token * width + scores
 
 
 def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryPlan:
-    """Per-card bytes; a sharded rank gathers the unwrapped rest and two layers (now and next)."""
+    """Per-card bytes; a sharded rank gathers the unwrapped rest and two layers (now and next), and
+    ZeRO-3 keeps gathered what the step reuses within stage3_max_reuse_distance: at the turn from
+    forward to backward the layers within half of it (each crossed twice), a small model whole."""
     model = meta_model(config)
     states = model_state_bytes(model, point) | {"activations": activation_bytes(config, point)}
     layers = model.get_decoder().layers
-    layer = sum(p.numel() for p in layers[0].parameters())
-    rest = model.num_parameters() - len(layers) * layer
+    layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
+    engine, width = STRATEGIES[point.strategy].engine, DTYPE_BYTES[point.dtype]
     sharded = STRATEGIES[point.strategy].shards and point.cards > 1
-    gathered = (rest + 2 * layer) * DTYPE_BYTES[point.dtype] if sharded else 0
-    return MemoryPlan(**states, gathered=gathered, overhead=int(FRAMEWORK_OVERHEAD[device]))
+    gathered = total - len(layers) * layer + 2 * layer
+    if engine == "deepspeed":
+        gathered = max(gathered, min(total, ZERO3_REUSE // 2))
+    overhead = FRAMEWORK_OVERHEAD[device] + (CPU_ENGINE.get(engine, 0) if device == "cpu" else 0)
+    if device == "cpu":  # what the heap keeps (CPU_HEAP_KEPT)
+        kept, each = CPU_HEAP_KEPT[engine], layer * width
+        if engine == "ddp":
+            overhead += kept * total * width
+        elif engine == "deepspeed":
+            overhead += kept * len(layers) * each
+        else:  # forward and backward, at least the layer's gathered buffer
+            reused = layer_activation_bytes(config, point)
+            overhead += 2 * len(layers) * max(kept * each - reused, each)
+    return MemoryPlan(**states, gathered=gathered * width if sharded else 0, overhead=int(overhead))
 
 
 def plan_host(
