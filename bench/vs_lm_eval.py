@@ -65,10 +65,12 @@ def timed(command: list[str], log: Path, threads: int, limit: float | None = Non
     return time.perf_counter() - start
 
 
-def prepare(work: Path, study: dict, tiny: bool) -> tuple[Path, dict[str, Path]]:
-    """The prepared model and each task's prepared evaluation split, as the study makes them."""
+def prepare(work: Path, study: dict, tiny: bool, threads: int) -> tuple[Path, dict[str, Path]]:
+    """The prepared model and each task's prepared evaluation split, as the study makes them,
+    and this CPU's GEMM probe at `threads` (`make study` runs it at set-up, before any job)."""
     model = work / "model"
     accelstudy = str(BIN / "accelstudy")
+    timed([accelstudy, "probe", "--threads", str(threads)], work / "probe.log", threads)
     spec = json.dumps(MODELS[tiny][1])
     run = [accelstudy, "prepare-model", "--spec", spec, "--seed", "0", "--out", str(model)]
     timed(run, work / "prepare-model.log", 2)
@@ -165,7 +167,7 @@ def main() -> int:
             entry["limit"] = min(entry["limit"], 2)
     work = Path(args.work or tempfile.mkdtemp(prefix="vs-lm-eval-"))
     work.mkdir(parents=True, exist_ok=True)
-    model, data = prepare(work, study, args.tiny)
+    model, data = prepare(work, study, args.tiny, args.threads)
     tasks_dir, names = harness_data(work, study, data)
     mine = ours(work, study, model, data, args.threads, args.tiny)
 

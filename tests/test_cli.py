@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from accelstudy import timeline
 from accelstudy.cli import main
 
 from tests.conftest import ROOT
@@ -72,3 +74,18 @@ def test_no_option_is_abbreviated(extra, says, capsys):
         main(["check-config", "--configfile", configfile, *extra])
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and err.count("\n") == 0 and says in err, err
+
+
+def test_a_program_collects_nothing_of_its_imports():
+    """A program's imports run with the collector off; what they made is then frozen out of
+    every later collection (finalization's at exit included), and the collector is back on."""
+    try:
+        timeline.starting()
+        assert not gc.isenabled()
+        timeline.imported()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert timeline.SPENT["imports"] > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
+        timeline.SPENT.pop("imports", None)

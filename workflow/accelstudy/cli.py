@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from accelstudy import timeline
 from accelstudy.errors import StudyError
 from accelstudy.options import argument
 from accelstudy.points import DiffusionPoint, FinetunePoint
@@ -205,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Call the subcommand's function (imported only now: a subcommand loads only what it uses)
     with its options as keywords, --device as device_kind."""
+    if argv is None:  # a program (not a call in-process)
+        timeline.starting()
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -215,13 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if isinstance(target, str):
             target = pkgutil.resolve_name(f"accelstudy.{target}")
-        if argv is None:  # a program (not a call in-process): its start-up until now is imports
-            from accelstudy import timeline
-
+        if argv is None:  # its start-up until now is imports
             timeline.imported()
         if isinstance(report := target(**options), Path):  # a report's index: say where
             print(report)
     except StudyError as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    if argv is None:  # exiting: what the stage made is not worth a last collection either
+        timeline.settled()
     return 0

@@ -1,6 +1,7 @@
 """Multiple-choice accuracy (HellaSwag, BoolQ): each context runs once, its continuations packed
 after it (`score_shared_contexts`; tests/scoring_references.py holds it to scoring each in full)."""
 
+import itertools
 from dataclasses import asdict, dataclass
 from typing import cast
 
@@ -137,6 +138,26 @@ def fit(item: Item, spec: ChoiceProtocol, max_length: int | None) -> Item:
     return context[:max_length], [c[:room] for c in continuations]
 
 
+FORWARD_TOKENS = 32  # a forward call's fixed cost in tokens' worth (SmolLM2-135M, 2-core CPU)
+
+
+def least_padding(lengths: list[int], most: int) -> list[int]:
+    """Where to cut ascending row lengths into batches of at most `most` rows: the cuts that
+    compute the fewest tokens, padding included, a call costing FORWARD_TOKENS more (runs of
+    eight padded a tenth of HellaSwag's and a seventh of BoolQ's tokens). Dynamic programming."""
+    cost, cut = [0] + [0] * len(lengths), [0] * (len(lengths) + 1)
+    for end in range(1, len(lengths) + 1):  # a batch ending at `end` pads to lengths[end - 1]
+        options = (
+            (cost[s] + (end - s) * lengths[end - 1], s) for s in range(max(0, end - most), end)
+        )
+        cost[end], cut[end] = min(options)
+        cost[end] += FORWARD_TOKENS
+    cuts = [len(lengths)]
+    while cuts[-1]:
+        cuts.append(cut[cuts[-1]])
+    return cuts[::-1]
+
+
 def score_items(
     model: PreTrainedModel,
     tokenized: list[Item],
@@ -155,10 +176,10 @@ def score_items(
             whole = (context + cont)[-(max_length + 1) :]
             units.append((i, (whole[: len(whole) - len(cont)], [cont])))
     order = sorted(range(len(units)), key=lambda u: packed_length(units[u][1]))
+    cuts = least_padding([packed_length(units[u][1]) for u in order], items_per_batch)
     done: dict[int, list[Score]] = {}
-    batches = range(0, len(order), items_per_batch)
-    for start in tqdm(batches, desc=desc, unit="batch", mininterval=5):
-        chunk = order[start : start + items_per_batch]
+    for start, end in tqdm(itertools.pairwise(cuts), desc=desc, unit="batch", mininterval=5):
+        chunk = order[start:end]
         scored = score_shared_contexts(model, [units[u][1] for u in chunk])
         done.update(zip(chunk, scored, strict=True))
     scores: list[list[Score]] = [[] for _ in tokenized]

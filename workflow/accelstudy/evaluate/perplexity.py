@@ -1,11 +1,13 @@
 """Perplexity: the paper's 512-token blocks, or lm-eval's `wikitext` rolling word perplexity."""
 
+import importlib.util
 import math
+from pathlib import Path
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
-from lm_eval.tasks.wikitext.preprocess_wikitext import process_results, wikitext_detokenizer
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torch import nn
 from tqdm import tqdm
@@ -15,6 +17,20 @@ from accelstudy.evaluate import Scoring
 from accelstudy.evaluate.prompts import encode, lm_eval_prefix
 
 GROUP_TEXTS_ROWS = 1000  # datasets.map's default batch, within which group_texts concatenates
+
+
+def lm_eval_wikitext() -> ModuleType:
+    """lm-eval's WikiText task file (its detokenizer and `process_results`), loaded alone: as
+    `lm_eval.tasks.wikitext...` it would first import lm_eval.tasks, its task registry and
+    `datasets`, a fifth of a second of every WikiText job's start."""
+    spec = importlib.util.find_spec("lm_eval")
+    assert spec is not None and spec.submodule_search_locations, "lm_eval is a dependency"
+    path = Path(spec.submodule_search_locations[0]) / "tasks/wikitext/preprocess_wikitext.py"
+    task_file = importlib.util.spec_from_file_location("lm_eval_wikitext_task", path)
+    assert task_file is not None and task_file.loader is not None
+    module = importlib.util.module_from_spec(task_file)
+    task_file.loader.exec_module(module)
+    return module
 
 
 def paper_blocks(tokenizer: Tokenizer, rows: list, size: int, limit: int | None) -> torch.Tensor:
@@ -88,11 +104,11 @@ def score(scoring: Scoring) -> tuple[dict, list[dict]]:
             meter.ran([batch.shape[1]] * batch.shape[0])
         nll = sum(loss for loss, _ in losses) / sum(n for _, n in losses)
         return {"perplexity": math.exp(nll), "blocks": len(blocks), "nll": nll}, items
-    docs = documents(rows)[: limit or None]
+    docs, wikitext = documents(rows)[: limit or None], lm_eval_wikitext()
     results: dict[str, list[tuple[float, int]]] = {}
     n_tokens, prefix, max_length = 0, lm_eval_prefix(tokenizer), settings["lm_eval_max_length"]
     for page in tqdm(docs, desc="rolling perplexity", unit="doc"):
-        tokens = encode(tokenizer, wikitext_detokenizer({"page": page}), "lm-eval")
+        tokens = encode(tokenizer, wikitext.wikitext_detokenizer({"page": page}), "lm-eval")
         n_tokens += len(tokens)
         loglikelihood, windows = 0.0, get_rolling_token_windows(tokens, prefix, max_length, 1)
         for context, continuation in map(make_disjoint_window, windows):
@@ -102,7 +118,7 @@ def score(scoring: Scoring) -> tuple[dict, list[dict]]:
             picked = logprobs[-len(continuation) :].gather(1, targets[:, None])
             loglikelihood += float(picked.double().sum())
             meter.ran([inputs.shape[1]])
-        for name, pair in process_results({"page": page}, [loglikelihood]).items():
+        for name, pair in wikitext.process_results({"page": page}, [loglikelihood]).items():
             results.setdefault(name, []).append(pair)
         words, page_bytes = results["word_perplexity"][-1][1], results["byte_perplexity"][-1][1]
         items.append({"item": len(items), "neg_loglikelihood": -loglikelihood, "words": words,

@@ -1,6 +1,11 @@
 """One fine-tuning point on this rank, under torchrun or alone (see accelstudy.ranks).
 A retry resumes from the newest `checkpoint_steps` checkpoint; its speed is then not clean."""
 
+import gc
+
+if __name__ == "__main__":  # a rank's program: no collection among its imports (timeline.starting)
+    gc.disable()
+
 import argparse
 import functools
 import importlib.util
