@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -9,7 +10,13 @@ import numpy as np
 import pytest
 import torch
 from accelstudy.evaluate import evaluate_task
-from accelstudy.evaluate.multiple_choice import decide, score_items, tokenize_request
+from accelstudy.evaluate.multiple_choice import (
+    FORWARD_TOKENS,
+    decide,
+    least_padding,
+    score_items,
+    tokenize_request,
+)
 from accelstudy.evaluate.perplexity import documents, paper_blocks
 from accelstudy.evaluate.prompts import (
     CHOICE_PROTOCOLS,
@@ -204,3 +211,25 @@ def test_scores_do_not_depend_on_the_batch_size(task, tiny, standin):
         assert [[s.n_tokens for s in i] for i in runs[n]] == [
             [s.n_tokens for s in i] for i in runs[1]
         ]
+
+
+def test_batches_are_cut_where_every_arrangement_costs_no_less() -> None:
+    """least_padding's cuts against every way to cut the rows into runs of at most `most`."""
+    rng = np.random.default_rng(3)
+
+    def cost(cuts: list[int], lengths: list[int]) -> int:
+        runs = itertools.pairwise(cuts)
+        return sum((end - start) * lengths[end - 1] + FORWARD_TOKENS for start, end in runs)
+
+    for _ in range(40):
+        n, most = int(rng.integers(1, 10)), int(rng.integers(1, 5))
+        lengths = sorted(int(x) for x in rng.integers(5, 200, size=n))
+        cuts = least_padding(lengths, most)
+        assert cuts[0] == 0 and cuts[-1] == n
+        assert all(0 < end - start <= most for start, end in itertools.pairwise(cuts))
+        inner = [
+            [0, *(i for i, bit in enumerate(f"{mask:0{n - 1}b}", 1) if bit == "1"), n]
+            for mask in range(2 ** (n - 1))
+        ]
+        allowed = [c for c in inner if all(b - a <= most for a, b in itertools.pairwise(c))]
+        assert cost(cuts, lengths) == min(cost(c, lengths) for c in allowed)
