@@ -64,6 +64,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/planner.py
 	$(BIN)/python bench/vs_trainer.py
+	$(BIN)/python bench/forecast_published.py
+	$(BIN)/python bench/gpu_steps.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -5,6 +5,11 @@ Both points train the default study's small SR3 (16 -> 64 on a stand-in dust sky
 the launcher the pipeline uses. Ratios: images/s at 2 processes against 1 (strong-scaling
 speed-up); achieved FLOP/s (FLOPs per image counted by torch x images/s) against the FP32
 GEMM probe's rate (accelstudy.peak) on all of this run's threads, measured just before.
+Bounds (common.judge): the speed-up within (0, 2.5] (2 processes on the same cores: at most 2x,
+some slack for cache effects; at or below 0, nothing ran); each MFU within (0, 1] (above the
+measured dense rate means a wrong FLOP count or peak). --tiny: the speed-up only above 0 (its
+steps take milliseconds: one stall of a busy machine in the 1-process window gave 80x in the
+test suite), the MFUs as the full run's.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from accelstudy.launch import PointJob
 from accelstudy.paths import PROJECT_ROOT
 from accelstudy.points import DiffusionPoint
 from accelstudy.study import load_study
-from common import gemm_rates, parse_args
+from common import gemm_rates, judge, parse_args
 
 
 def point(sweep: dict, devices: int, iterations: int) -> DiffusionPoint:
@@ -59,7 +64,11 @@ def main() -> int:
         )
     speedup = rates[2]["images_per_s"] / rates[1]["images_per_s"]
     print(f"ratio: speed-up 2 vs 1 process {speedup:.2f}x")
-    return 0
+    figures = {f"mfu_{d}": m["achieved_flops_per_s"] / peak for d, m in rates.items()}
+    bounds = {name: (1e-9, 1.0) for name in figures} | {
+        "speedup": (1e-9, None if args.tiny else 2.5)
+    }
+    return judge(figures | {"speedup": speedup}, bounds, args.bound)
 
 
 if __name__ == "__main__":

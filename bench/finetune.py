@@ -4,6 +4,10 @@ the memory planner's error on each point.
 Each strategy trains the same LoRA point (the embedded SmolLM2-135M, or --tiny) through the
 launcher the pipeline uses; the ratios are tokens/s against DDP in the same run, and the
 planner's predicted model-state bytes and peak against what the ranks measured.
+Bounds (common.judge, --tiny the same): each strategy's tokens/s above 0 and at most 2x DDP's
+(on the same cores, sharding trades memory for communication: it cannot halve DDP's work per
+token); the planner's model-state bytes within 1% of the ranks' count (it counts the same
+parameters, gradients and optimizer states; the peak's error is bench/planner.py's to bound).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from accelstudy.finetune.planner import plan_card
 from accelstudy.models import load_model_config, save_prepared
 from accelstudy.points import FinetunePoint, Lora
 from accelstudy.strategies import STRATEGIES
-from common import launch_point, load_model, parse_args
+from common import judge, launch_point, load_model, parse_args
 
 STATES = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 
@@ -47,6 +51,7 @@ def main() -> int:
         config = load_model_config(model_dir)
         results = {s: run(s, model_dir, args.tiny, args.threads) for s in STRATEGIES}
     base = results["ddp"][0]["metrics"]["tokens_per_s"]
+    figures, bounds = {}, {}
     for strategy, (result, spec) in results.items():
         metrics = result["metrics"]
         predicted = plan_card(config, spec, "cpu")
@@ -58,7 +63,10 @@ def main() -> int:
             f"{predicted.model_states / held - 1:+.1%} vs counted, peak "
             f"{predicted.total / peak - 1:+.1%} vs measured ({peak / 2**30:.2f} GiB)"
         )
-    return 0
+        figures[f"{strategy}_vs_ddp"] = metrics["tokens_per_s"] / base
+        figures[f"{strategy}_states_error"] = predicted.model_states / held - 1
+        bounds |= {f"{strategy}_vs_ddp": (1e-9, 2.0), f"{strategy}_states_error": (-0.01, 0.01)}
+    return judge(figures, bounds, args.bound)
 
 
 if __name__ == "__main__":

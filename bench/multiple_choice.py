@@ -1,7 +1,12 @@
 """Shared-context multiple-choice scoring vs. scoring each (context + ending) separately.
 
 Prints time ratios measured in this run, the largest log-likelihood difference, and
-whether every prediction agrees. Target: shared >= 2x faster than separate, diff <= 1e-4.
+whether every prediction agrees. Target: shared >= 2x faster than separate (met on BoolQ; the
+HellaSwag stand-in's short contexts leave at most ~1.8x: docs/benchmarks.md).
+Bounds, per task (common.judge): the largest |log-likelihood difference| at most 1e-4 (the same
+numbers, computed two ways, in FP32) and every prediction identical; shared at least as fast as
+separate (1x: sharing a context can only remove work). --tiny (a tiny random model, 4 items,
+on a machine that may be busy): the same, but speed-ups only above 0 (each timed).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/
 from accelstudy.data.standin import standin_rows
 from accelstudy.evaluate.multiple_choice import decide, score_items, tokenize_request
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS
-from common import best_of, load_model, parse_args, set_threads
+from common import best_of, judge, load_model, parse_args, set_threads
 
 from tests.scoring_references import (
     score_padded_batch,
@@ -28,7 +33,7 @@ def main() -> int:
     args = parse_args(__doc__)
     set_threads(args.threads)
     model, tokenizer = load_model(args.tiny)
-    ok = True
+    figures, bounds = {}, {}
     for task in ("hellaswag", "boolq"):
         spec = CHOICE_PROTOCOLS[(task, "paper")]
         requests = [spec.build(r) for r in standin_rows(task, "validation")[: args.items]]
@@ -46,8 +51,9 @@ def main() -> int:
             "separate": lambda run=run: run(score_separately),
             "padded": lambda run=run: run(score_padded_batch),
         }
-        results = {name: fn() for name, fn in methods.items()}
-        times = {name: best_of(fn, repeats=2) for name, fn in methods.items()}
+        results = {name: fn() for name, fn in methods.items()}  # also their warm-up
+        repeats = 1 if args.tiny else 2
+        times = {name: best_of(fn, repeats, warm_up=False) for name, fn in methods.items()}
         shared, separate = results["shared"], results["separate"]
         diff = max(
             abs(a.loglikelihood - b.loglikelihood)
@@ -67,8 +73,11 @@ def main() -> int:
             f"separate {times['separate'] / times['shared-1']:.2f}x | max |dLL|={diff:.2e} "
             f"predictions identical={same}"
         )
-        ok &= diff <= 1e-4 and same
-    return 0 if ok else 1
+        figures |= {f"{task}_max_dll": diff, f"{task}_same_predictions": float(same)}
+        figures[f"{task}_speedup"] = speedup
+        bounds |= {f"{task}_max_dll": (None, 1e-4), f"{task}_same_predictions": (1.0, 1.0)}
+        bounds[f"{task}_speedup"] = (1e-9 if args.tiny else 1.0, None)
+    return judge(figures, bounds, args.bound)
 
 
 if __name__ == "__main__":

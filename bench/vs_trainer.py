@@ -24,10 +24,13 @@ processes of `--threads` // ranks OMP threads each):
    `inv_freq` buffer (losses then differ by ~2e-4 on the tiny model); the reference keeps our
    FP32 buffer so that both sides compute the same thing.
 
-It prints both sides' per-step losses (they must be equal: exit status 1 otherwise), the median
-over runs of ours / Trainer steady-state tokens/s with the runs' range, and the same for the
-whole command's wall time (ours adds planning, its own process, the record). `--steps` sets
-max_steps (default 8: the study's 3 leave 2 timed steps, too few to time a ratio).
+It prints both sides' per-step losses, the median over runs of ours / Trainer steady-state
+tokens/s with the runs' range, and the same for the whole command's wall time (ours adds
+planning, its own process, the record). `--steps` sets max_steps (default 8: the study's 3
+leave 2 timed steps, too few to time a ratio). Bounds (common.judge): the losses equal (every
+step of every run within 1e-6 of ours' first: the same computation) and ours / Trainer at least
+0.95 in steady-state tokens/s (the same steps: our callbacks may cost little). --tiny (one run
+of a tiny model's few millisecond steps on a busy machine): the speed only above 0.
 
 FSDP is not compared. The project runs FSDP2 (`fully_shard`, engines.FSDP2) while the authors'
 stack (optimum-habana on accelerate) wrapped with FSDP1; a Trainer FSDP1 reference on a CPU
@@ -93,7 +96,9 @@ def reference(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     for name in ("--point", "--dtype", "--model-dir", "--data", "--out"):
         parser.add_argument(name, required=True)
+    parser.add_argument("--device", default="cpu", help="the system's device kind (ours runs it)")
     args = parser.parse_args(argv)
+    on_cpu = args.device == "cpu"
     import torch
     from datasets import Dataset
     from peft import LoraConfig, TaskType, get_peft_model
@@ -115,7 +120,8 @@ def reference(argv: list[str]) -> int:
         per_device_train_batch_size=point["per_device_batch"],
         gradient_accumulation_steps=point["grad_accum"], bf16=bf16,
         learning_rate=point["learning_rate"], max_grad_norm=point["max_grad_norm"],
-        lr_scheduler_type="constant", optim="adamw_torch", use_cpu=True, ddp_backend="gloo",
+        lr_scheduler_type="constant", optim="adamw_torch", use_cpu=on_cpu,
+        ddp_backend="gloo" if on_cpu else "nccl",
         ddp_find_unused_parameters=False,
     )  # fmt: skip
     # a prepared Hub or local model names its folder in the manifest; a converted one is here
@@ -226,6 +232,7 @@ class Sides:
     def __init__(self, args: argparse.Namespace, scratch: Path) -> None:
         from accelstudy.config import read_config
         from accelstudy.points import SweepCell, finetune_point
+        from accelstudy.systems import load_system
 
         config = read_config(ROOT / "config" / "config.yaml")
         name = "tiny-random" if args.tiny else config["finetune"]["models"][0]
@@ -239,8 +246,9 @@ class Sides:
         steps = args.steps or STEPS[args.tiny]
         self.point = point.replace(**(TINY if args.tiny else {}), max_steps=steps)
         self.threads, self.ranks, self.scratch = args.threads or args.ranks, args.ranks, scratch
+        self.device = load_system(args.system).device
         self.ours_command = [accelstudy_command(), "finetune", "--study", "bench",
-            "--system", "cpu", "--model-name", name, "--model-dir", str(self.model),
+            "--system", args.system, "--model-name", name, "--model-dir", str(self.model),
             "--point", self.point.to_json(), "--data-source", data["source"],
             "--threads", str(self.threads)]  # fmt: skip
         self.ours: list[dict] = []
@@ -263,7 +271,7 @@ class Sides:
         torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={self.ranks}"]
         worker = [str(Path(__file__).resolve()), "--reference", "--point", self.point.to_json()]
         worker += ["--dtype", self.ours[0]["dtype"], "--model-dir", str(self.model)]
-        worker += ["--data", str(self.rows), "--out", str(out)]
+        worker += ["--data", str(self.rows), "--out", str(out), "--device", self.device]
         env = os.environ | {"OMP_NUM_THREADS": str(self.rank_threads)}  # as the launcher sets
         wall = timed([*torchrun, "--standalone", *worker], out.with_suffix(".log"), env)
         self.theirs.append(json.loads(out.read_text()) | {"wall_s": wall})
@@ -280,8 +288,8 @@ def difference(losses: list[float], others: list[float]) -> float:
     return max((abs(a - b) for a, b in zip(losses, others, strict=True)), default=0.0)
 
 
-def report(sides: Sides) -> bool:
-    """Print both sides' losses and speeds, and the ratios; whether the losses are equal."""
+def report(sides: Sides) -> dict[str, float]:
+    """Print both sides' losses and speeds, and the ratios; the figures held to bounds."""
     ours, theirs = sides.ours, sides.theirs
     if imported := {m for t in theirs for m in t["accelstudy_imported"]}:
         raise SystemExit(f"the reference imported {sorted(imported)}")
@@ -306,7 +314,8 @@ def report(sides: Sides) -> bool:
           f"{spread(speed)}, {len(ours)} each); losses equal: {equal}")  # fmt: skip
     print(f"ratio: ours / Trainer {statistics.median(wall):.2f}x whole-command wall time (runs "
           f"{spread(wall)}; ours also plans and writes its record)")  # fmt: skip
-    return equal
+    figures = {"ours_over_trainer": statistics.median(speed), "losses_equal": float(equal)}
+    return figures | {"loss_difference": max(diffs)}
 
 
 def main() -> int:
@@ -316,6 +325,12 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--threads", type=int, help="the job's cores (default: one per rank)")
     parser.add_argument("--steps", type=int, help="max_steps (default 8; --tiny: 4)")
+    parser.add_argument("--system", default="cpu", help="config/systems/ file both sides run on")
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import judge, parse_bound
+
+    parser.add_argument("--bound", action="append", type=parse_bound, default=[],
+                        metavar="NAME=LOW:HIGH", help="replace a figure's bound")  # fmt: skip
     args = parser.parse_args()
     runs = args.runs or (1 if args.tiny else 5)
     with tempfile.TemporaryDirectory(prefix="bench-vs-trainer-") as scratch:
@@ -326,7 +341,10 @@ def main() -> int:
                 side(run)
             print(f"run {run + 1}/{runs}: ours {sides.ours[-1]['tokens_per_s']:.1f} tokens/s, "
                   f"Trainer {sides.theirs[-1]['tokens_per_s']:.1f}", flush=True)  # fmt: skip
-    return 0 if report(sides) else 1
+    figures = report(sides)
+    bounds = {"ours_over_trainer": (1e-9 if args.tiny else 0.95, None)}
+    bounds |= {"losses_equal": (1.0, 1.0), "loss_difference": (None, TOLERANCE)}
+    return judge(figures, bounds, args.bound)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from accelstudy.finetune import planner
 from accelstudy.finetune.planner import plan_card, plan_host, plan_point
 from accelstudy.models import load_model_config
 from accelstudy.peak import resolve_dtype
-from accelstudy.points import Lora
+from accelstudy.points import FinetunePoint, Lora
 from accelstudy.study import validate_study
 from accelstudy.systems import load_system
 
@@ -296,3 +296,101 @@ def test_holes_are_records_not_crashes(tiny_dir, tmp_path, monkeypatch):
     with pytest.raises(job.PointFailed, match="no fused"):
         stage_point(tiny_dir, tmp_path, on_unsupported="error")
     validate_record(json.loads((tmp_path / "record.json").read_text()))
+
+
+def test_plan_fit_without_card_memory_says_so(capsys):
+    """A CUDA system file without memory_per_card_gb (gpu-workstation): one line, not the node's
+    RAM per card (~137 GB on a 128 GiB host with one 80 GB card, where points die of OOM)."""
+    from accelstudy import cli
+    from accelstudy.paths import PROJECT_ROOT
+
+    config = PROJECT_ROOT / "config" / "paper.yaml"
+    assert cli.main(["plan-fit", "--configfile", str(config), "--system", "gpu-workstation"]) == 0
+    line = "gpu-workstation: card memory unknown: state memory_per_card_gb in its system file\n"
+    assert capsys.readouterr().out == line
+    assert planner.memory_per_card(load_system("gpu-workstation"), 1) is None
+
+
+class FakeNvml:
+    """pynvml's calls that systems.card_memory makes: cards of `totals` bytes."""
+
+    def __init__(self, totals: dict[str, int]) -> None:
+        self.totals = totals
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.totals)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return list(self.totals)[index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        return uuid
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(total=self.totals[handle])
+
+
+def test_card_memory_read_at_job_start_is_recorded(tiny_dir, tmp_path, monkeypatch):
+    """Where the system file states none, the job reads its cards (NVML; else torch) and records
+    what it planned against and where the figure came from."""
+    import sys
+
+    import torch
+    from accelstudy.finetune import job
+    from accelstudy.systems import card_memory
+
+    workstation = load_system("gpu-workstation")
+    totals = {"GPU-a": 85_000_000_000, "GPU-b": 150_000_000_000}
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(totals))
+    assert card_memory(workstation, "cuda") == (85.0, "nvml")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-b")
+    assert card_memory(workstation, "cuda") == (150.0, "nvml")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no nvidia-ml-py: torch's count
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (1, (80_000_000_000, 90e9)[i]))
+    assert card_memory(workstation, "cuda") == (80.0, "torch.cuda.mem_get_info")
+    assert card_memory(load_system("perlmutter"), "cuda")[1] == "config/systems/perlmutter.yaml"
+    # a card too small for the point: held out before launching, its card memory recorded
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (1, 1000))
+    monkeypatch.setattr(launch.PointJob, "launch", lambda *a, **k: pytest.fail("launched"))
+    point = make_point("ddp", cards=1, max_steps=1, throughput_warmup_steps=0, dtype="bfloat16")
+    point = point.replace(skip_predicted_oom=True)
+    out, where = tmp_path / "record.json", dict(study="s", system="gpu-workstation", threads=1)
+    job.run(model_name="tiny", model_dir=tiny_dir, point=point, out=out, data_source="standin",
+            **where)  # fmt: skip
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["memory_per_card_gb"] == 1e-6 and metrics["held_out_for"] == "card"
+    assert metrics["memory_per_card_source"] == "torch.cuda.mem_get_info"
+
+
+def cuda_point(strategy: str) -> FinetunePoint:
+    """bench/planner.py's GPU point: bf16 LoRA r64 on q and v, 2 x 512 tokens, 2 cards."""
+    lora = Lora(rank=64, alpha=64, dropout=0.05, targets=("q_proj", "v_proj"))
+    return FinetunePoint(strategy=strategy, cards=2, dtype="bfloat16", per_device_batch=2,
+                         grad_accum=2, max_seq_length=512, max_steps=4, lora=lora)  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_cuda_host_plan_holds_the_measured_rank(strategy):
+    """6.92 GB per rank (VmHWM) was measured on an H200 at TinyLlama-1.1B's shape, random
+    weights, DDP and FSDP (issue #46): each rank's host plan within [-10%, +50%] of it."""
+    config = load_model_config("tinyllama-1.1b")
+    host = plan_host(config, cuda_point(strategy), "cuda", 2, random_weights=True).per_rank
+    assert all(-0.10 <= rank / 6.92e9 - 1 <= 0.50 for rank in host), host
+
+
+def test_random_weights_built_on_the_card_are_not_on_the_host():
+    """An 8B DDP point of random weights builds them on each rank's card: no 16 GB per rank on
+    the host; the same point reading its weights from disk holds them there first."""
+    config = load_model_config("llama-3.1-8b-instruct")
+    point, weights = cuda_point("ddp"), planner.meta_model(config).num_parameters() * 2
+    built = plan_host(config, point, "cuda", 2, random_weights=True).per_rank
+    read = plan_host(config, point, "cuda", 2).per_rank
+    assert all(r - b == weights for r, b in zip(read, built, strict=True)) and weights > 16e9
+    assert max(built) < 7.5e9

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from accelstudy import cli
+from accelstudy.paths import PAPER
 from accelstudy.report.agreement import agreement
 from accelstudy.report.recommend import choices, measured_fits, measured_points, sharding_rule
 
@@ -126,4 +127,4 @@ def test_recommend_answers_from_the_planner_alone(capsys):
     assert "predicted (planner only, nothing measured on voyager)" in out
     assert "not measured (predicted:" in out  # the rule, per card count, from the planner
     assert cli.main(["recommend", "--model", "gpt-5", "--system", "voyager"]) == 2
-    assert "'gpt-5' is not fine-tuned by config/paper.yaml" in capsys.readouterr().err
+    assert f"'gpt-5' is not fine-tuned by {PAPER};" in capsys.readouterr().err  # the default

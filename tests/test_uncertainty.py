@@ -1,5 +1,5 @@
 """Standard errors and paired differences against scipy, statsmodels' formulas and hand cases:
-McNemar's exact test and its interval, the sign-flip test of a perplexity and its inversion."""
+McNemar's exact test and Tango's interval, the sign-flip test of a perplexity and its inversion."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from accelstudy.uncertainty import (
     fewest,
     holm,
     mcnemar,
-    mcnemar_interval,
     mean_stderr,
     paired_difference,
+    paired_interval,
     ratio_metric,
     shift_interval,
     sign_flip_p,
@@ -132,19 +132,15 @@ def test_sign_flip_beyond_enumeration_draws_random_arrangements():
     assert paired_difference("perplexity", *blocks(40, 10.0))["p"] == 1 / 10_001  # never 0
 
 
-def test_mcnemar_interval_exact_given_the_discordant_items():
-    """Clopper-Pearson on b / (b + c) from the beta quantiles, and at c = 0 by hand: its lower
-    end is 0.025^(1/b). It excludes zero exactly when McNemar's exact p is at most 0.05."""
-    b, c, n = 10, 2, 17
-    low, high = mcnemar_interval(b, c, n)
-    share = stats.beta.ppf(0.025, b, c + 1), stats.beta.ppf(0.975, b + 1, c)
-    assert (low, high) == pytest.approx([(2 * s - 1) * (b + c) / n for s in share])
-    assert mcnemar_interval(3, 0, 20) == pytest.approx((0.15 * (2 * 0.025 ** (1 / 3) - 1), 0.15))
-    assert mcnemar_interval(0, 0, 20) == (0.0, 0.0)
-    for b, c in [(b, c) for b in range(15) for c in range(15) if b + c]:
-        low, high = mcnemar_interval(b, c, 30)
-        p = mcnemar(np.array([True] * b + [False] * c), np.array([False] * b + [True] * c))[2]
-        assert (low > 0 or high < 0) == (p <= 0.05)
+def test_paired_interval_hand_cases():
+    """Tango's score interval: at 0 vs 0 discordant items symmetric and finite (the old [0, 0]);
+    its ends hold the observed difference, within [-1, 1], and narrow as items grow."""
+    low, high = paired_interval(0, 0, 32)
+    assert low == pytest.approx(-high) and 0.1 < high < 0.13
+    for b, c, n in ((10, 2, 17), (3, 0, 20), (0, 20, 20), (40, 38, 2000)):
+        low, high = paired_interval(b, c, n)
+        assert -1 <= low <= (b - c) / n <= high <= 1
+    assert np.ptp(paired_interval(4, 2, 1000)) < np.ptp(paired_interval(4, 2, 100))
 
 
 def test_fewest_items_for_differs_after_holm():

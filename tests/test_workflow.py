@@ -216,13 +216,13 @@ def test_the_forecast_is_judged_on_the_studys_own_jobs(study):
 
 def test_repeats_get_their_interval(study):
     """The tiny study repeats each fine-tuning and SR3 point 3 times: the tables give each
-    point's median with its repeats' min-max and the rule's 75% (Fig. 2 and 3 draw the same)."""
+    point's median with its repeats' 95% interval (Fig. 2 and 3 draw the same)."""
     tables = study / "results" / "tiny" / "tables"
     points = pd.read_csv(tables / "finetune.csv")
     assert (points["repeats"] == 3).all()
-    assert points["tokens/s interval"].str.endswith("(3 repeats, 75%)").all()
+    assert points["tokens/s interval"].str.endswith("(3 repeats, 95%)").all()
     sr3 = pd.read_csv(tables / "diffusion.csv")
-    assert sr3["images/s interval"].str.endswith("(3 repeats, 75%)").all()
+    assert sr3["images/s interval"].str.endswith("(3 repeats, 95%)").all()
     low, high = (float(x) for x in sr3.loc[0, "images/s interval"].split(" ")[0].split("-"))
     assert 0.999 * low <= sr3.loc[0, "images/s"] <= 1.001 * high  # shown to 4 digits
 

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from accelstudy import timeline
 from accelstudy.errors import StudyError
 from accelstudy.options import argument
+from accelstudy.paths import PAPER
 from accelstudy.points import DiffusionPoint, FinetunePoint
 from accelstudy.strategies import STRATEGIES
 from accelstudy.tasks import SPLITS, TASK_NAMES
@@ -156,7 +157,8 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         "console:print_recommendation",
         [("model", {"required": True, "help": "a finetune.models name of the config"}),
          ("system", {"required": True, "help": "a config/systems name"}),
-         ("configfile", {"default": Path("config/paper.yaml"), "required": False}),
+         ("configfile", {"default": PAPER, "required": False,  # the installed copy's too
+                         "help": "the study (default: the published one, config/paper.yaml)"}),
          ("results", {"type": Path, "nargs": "*", "default": [],
                       "help": "results/<study> folders whose measurements to use"})]),
     "prepare-dust": ("dust images from PySM3, paired high/low-res", "data.dust:prepare_dust",

@@ -37,6 +37,9 @@ def print_fit(configfile: Path, system: list[str], every_point: bool) -> None:
     config = read_config(configfile)
     for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
         machine = load_system(name)
+        if machine.device != "cpu" and machine.memory_per_card_gb is None:  # not host RAM
+            print(f"{name}: card memory unknown: state memory_per_card_gb in its system file")
+            continue
         rows = pd.DataFrame(plan_sweep(config, machine))
         held = rows[rows["held_out_for"] != ""]
         shown = rows if every_point else held

@@ -5,10 +5,13 @@ A job's time is its start-up, its warm-up and its work (FLOPs: accelstudy.flops,
 counted them) over an achieved FLOP/s. The rate comes, in order, from this system's records of
 the same kind (`measured`: same model and cards; `scaled`: FLOP/s carries it across models, and
 (cards/c0)^e across card counts, e fitted from the card counts the records hold), else from
-resources/assumed_rates.csv (`assumed`: a fraction of the system file's peak, never called a
-measurement). Start-up and warm-up come from the records' provenance.timeline, else from the
-assumption's start-up and model-load rate. Imports neither torch nor transformers: the rules
-ask it for every job's SLURM runtime while Snakemake parses the workflow."""
+what the paper published for the system's accelerator in the job's dtype (`published`: its SR3
+minutes, its evaluation rates, carried the same way, e fitted from its own card counts), else
+from resources/assumed_rates.csv (`assumed`: a fraction of the system file's peak, never called
+a measurement). Start-up and warm-up come from the records' provenance.timeline (a published
+whole job's are inside its minutes), else from the assumption's start-up and model-load rate.
+Imports neither torch nor transformers: the rules ask it for every job's SLURM runtime while
+Snakemake parses the workflow."""
 
 import csv
 import dataclasses
@@ -17,20 +20,21 @@ import inspect
 import json
 import math
 import statistics
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 from accelstudy import flops, models, points
 from accelstudy.config import random_config
 from accelstudy.cost import Allocation, charged
 from accelstudy.layout import OUTPUTS, STAGE_RULE, StudyLayout, record_files
-from accelstudy.paths import RESOURCES
+from accelstudy.paths import RESOURCES, SYSTEMS
 from accelstudy.pruning import chunk_sizes, targets_per_layer
 from accelstudy.snapshots import weights_dir
-from accelstudy.systems import System
+from accelstudy.systems import System, load_system
 from accelstudy.tasks import TASKS
 
 MARGIN = 1.5  # a job's SLURM time limit: its forecast times this, times the attempt
@@ -42,6 +46,14 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # the config keys accelstudy.flops counts a decoder from, each by tiny_random_llama's name for it
 COUNTED = {"hidden_size": "hidden", "intermediate_size": "intermediate", "vocab_size": "vocab"}
 COUNTED |= {"num_hidden_layers": "layers", "num_attention_heads": "heads"}
+# the paper's SR3 run (resources/diffusion_minutes.csv): iterations x devices = 40,000 at 4
+# images per device, in float32 (Janspiry's SR3 and the authors' ports train in float32)
+PAPER_SR3: dict[str, Any] = {
+    "inner_channels": 128,
+    "channel_multipliers": [1, 2, 4, 4, 8, 8],
+    "res_blocks": 3,
+}
+PAPER_SR3 |= {"attention_resolutions": [16], "hr_size": 256, "images": 40_000 * 4}
 
 
 @dataclass(frozen=True)
@@ -275,6 +287,42 @@ def seen_in(paths: Iterable[str | Path]) -> list[Seen]:
     return seen
 
 
+# what the paper published -------------------------------------------------------------------
+class Figure(NamedTuple):
+    """A published timing as a record of its job: `seen.startup_s` 0 where its time is the whole
+    job's (start-up inside), None where it is the work's alone."""
+
+    device: str
+    seen: Seen
+    where: str
+
+
+@functools.cache
+def published_figures() -> tuple[Figure, ...]:
+    """Every published timing: SR3's minutes per accelerator and count (the whole 40,000
+    iterations x devices), and the evaluations' (resources/published_rates.csv)."""
+    out, paper = [], PAPER_SR3
+    per_image = sr3_flops(paper, paper["hr_size"]) or math.nan
+    for row in _csv("diffusion_minutes.csv"):
+        cards, seconds = int(row["devices"]), float(row["minutes"]) * 60
+        label = f"SR3 on {cards} {row['device']}"
+        done = paper["images"] * per_image
+        work = Work("diffusion", label, "sr3", ("sr3",), cards, "float32", done)
+        seen = Seen(work, done / seconds, 0.0, None, 0.0, seconds)
+        out.append(Figure(row["device"], seen, "the paper's SR3 minutes"))
+    for row in _csv("published_rates.csv"):
+        model = json.loads((RESOURCES / "models" / row["model"] / "config.json").read_text())
+        done = float(row["tokens"]) * flops.forward_per_token(model, int(row["length"]))
+        label = f"{row['rule']} {row['task']} on 1 {row['device']}"
+        loads = parameters(model) * DTYPE_BYTES[row["dtype"]]
+        work = Work(row["rule"], label, row["model"], (row["task"], "paper"), 1, row["dtype"],
+                    done, 0.0, loads)  # fmt: skip
+        whole, seconds = row["whole_job"] == "true", float(row["seconds"])
+        seen = Seen(work, done / seconds, 0.0 if whole else None, None, 0.0, seconds)
+        out.append(Figure(row["device"], seen, row["where"]))
+    return tuple(out)
+
+
 # the rate, start-up and warm-up of a job ------------------------------------------------------
 def _assumption(system: System, work: Work) -> dict[str, str] | None:
     ours = (system.device, work.family)
@@ -312,14 +360,23 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def estimate(work: Work, seen: list[Seen], system: System) -> Estimate:
-    """The job's wall time from this system's records (measured or scaled), else assumed."""
+def estimate(
+    work: Work, seen: list[Seen], system: System, published: Iterable[Figure] | None = None
+) -> Estimate:
+    """The job's wall time from this system's records (measured or scaled), else from what the
+    paper published for its accelerator (`published`: resources/ unless given), else assumed."""
     family = [s for s in seen if s.work.family == work.family]
-    alike = [s for s in family if s.work.kind == work.kind]
-    same = alike or family
     assumed = _assumption(system, work) or {}
     if work.timed_flops is None:
         return Estimate(work, None, None, "unknown", "no FLOP count for this job's model")
+    told = "record(s)"
+    if not family:  # the paper's figures for this accelerator and dtype, as records
+        figures = published_figures() if published is None else published
+        ours = (system.accelerator, work.family, work.dtype)
+        family = [f.seen for f in figures if (f.device, *_family_dtype(f.seen.work)) == ours]
+        told = f"published {system.accelerator} figure(s)"
+    alike = [s for s in family if s.work.kind == work.kind]
+    same = alike or family
     if same:
         nearest = min(same, key=lambda s: abs(math.log(s.work.cards / work.cards)))
         at = [s.rate for s in same if s.work.cards == nearest.work.cards]
@@ -328,11 +385,14 @@ def estimate(work: Work, seen: list[Seen], system: System) -> Estimate:
         rate = statistics.median(at) * (work.cards / nearest.work.cards) ** exponent
         exact = nearest.work.cards == work.cards and nearest.work.kind == work.kind
         source = "measured" if exact and nearest.work.model == work.model else "scaled"
+        source = source if told == "record(s)" else "published"
         what = "/".join(work.kind) if alike else f"other {work.family} kinds"
-        basis = f"{len(at)} record(s) of {what} on {nearest.work.cards}"
+        basis = f"{len(at)} {told} of {what} on {nearest.work.cards}"
         basis += "" if nearest.work.cards == work.cards else f", cards^{exponent:.2f}"
         like = [s for s in same if s.work.model == work.model] or same
         startup, tail = _median(s.startup_s for s in like), _median(s.tail_s for s in like)
+        if startup is None and assumed:  # a published rate of the work alone
+            startup = float(assumed["startup_s"]) + _loading(work, assumed)
         warm = _median(
             (s.warm_s or 0.0) * s.rate / s.work.warm_flops for s in family if s.work.warm_flops
         )
@@ -344,10 +404,53 @@ def estimate(work: Work, seen: list[Seen], system: System) -> Estimate:
         fraction, exponent = float(assumed["fraction_of_peak"]), float(assumed["card_exponent"])
         rate = fraction * peak / work.cards * work.cards**exponent
         source, basis = "assumed", f"{fraction:.0%} of peak, cards^{exponent:g}: {assumed['why']}"
-        loading = work.load_bytes / (float(assumed["load_gb_per_s"]) * 1e9)
-        startup, tail, warm = float(assumed["startup_s"]) + loading, 0.0, None
+        startup, tail, warm = float(assumed["startup_s"]) + _loading(work, assumed), 0.0, None
     work_s = (work.timed_flops + work.warm_flops * (warm or 1.0)) / rate
     return Estimate(work, (startup or 0.0) + (tail or 0.0) + work_s, rate, source, basis)
+
+
+def _family_dtype(work: Work) -> tuple[str, str]:
+    return work.family, work.dtype
+
+
+def _loading(work: Work, assumed: Mapping[str, str]) -> float:
+    return work.load_bytes / (float(assumed["load_gb_per_s"]) * 1e9)
+
+
+@functools.cache
+def figure_system(device: str) -> System | None:
+    """The first system file (a base before its variants) whose accelerator is `device`."""
+    for path in sorted(SYSTEMS.glob("*.yaml"), key=lambda p: (len(p.stem), p.stem)):
+        if (system := load_system(path.stem)).accelerator == device:
+            return system
+    return None
+
+
+def figure_seconds(told: Estimate, figure: Figure) -> float | None:
+    """The forecast of what the figure timed: the whole job, or its work alone."""
+    if told.seconds is None or told.rate is None:
+        return None
+    whole = figure.seen.startup_s is not None
+    return told.seconds if whole else (figure.seen.work.timed_flops or 0.0) / told.rate
+
+
+def judge_published() -> list[dict[str, Any]]:
+    """Each published figure beside the forecast with every figure (what plan-time says), with
+    it held out (predicted from the rest: its accelerator's other counts, else the assumed
+    rate) and with the assumed rates alone: forecast / published."""
+    figures, out = published_figures(), []
+    for figure in figures:
+        system, published_s = figure_system(figure.device), figure.seen.wall_s or math.nan
+        row: dict[str, Any] = {"figure": figure.seen.work.output, "system": system and system.name}
+        row["published_s"] = published_s
+        rest = [f for f in figures if f is not figure]
+        for name, given in (("forecast", figures), ("held_out", rest), ("assumed", [])):
+            told = estimate(figure.seen.work, [], system, given) if system else None
+            seconds = figure_seconds(told, figure) if told else None
+            row[f"{name}_ratio"] = seconds / published_s if seconds else None
+            row[f"{name}_source"] = told.source if told else "no system file"
+        out.append(row)
+    return out
 
 
 # the study's plan ---------------------------------------------------------------------------
@@ -358,6 +461,7 @@ class StudyEstimates:
         self.config, self.system = config, system
         self.layout = StudyLayout(config, system.name)
         self.seen = seen_in(record_files(Path(self.layout.measured))) if seen is None else seen
+        self.capped: set[tuple[str, int]] = set()  # the jobs whose limit was capped, warned once
 
     @functools.cached_property
     def works(self) -> dict[str, Work]:
@@ -377,7 +481,17 @@ class StudyEstimates:
         """A Snakemake job's runtime in minutes: its forecast x MARGIN x attempt, bounded."""
         work = work_of(rule, wildcards, "", self.config, self.system)
         limit = (self.system.walltime or {}).get("max_minutes")
-        return estimate(work, self.seen, self.system).minutes(attempt, limit)
+        told = estimate(work, self.seen, self.system)
+        wanted = told.minutes(attempt, None)
+        if limit and told.seconds and wanted > limit:  # capped: said once per job and attempt
+            named = wildcards.items() if hasattr(wildcards, "items") else vars(wildcards).items()
+            job = f"{rule} " + ",".join(f"{k}={v}" for k, v in named)
+            if (job, attempt) not in self.capped:
+                self.capped.add((job, attempt))
+                print(f"accelstudy: {job} (attempt {attempt}) forecast {told.seconds / 60:.0f} min "
+                      f"x {MARGIN} > {self.system.name}'s limit of {limit} min: capped at it",
+                      file=sys.stderr)  # fmt: skip
+        return told.minutes(attempt, limit)
 
 
 def charge_of(system: System, work: Work, seconds: float) -> dict[str, Any]:

@@ -144,9 +144,10 @@ def save_prepared(model: PreTrainedModel, tokenizer: Tokenizer, out: Path) -> No
 
 
 def load_prepared(
-    path: Path, dtype: torch.dtype | None = None
+    path: Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
 ) -> tuple[PreTrainedModel, Tokenizer]:
-    """A prepared model (snapshot, local or converted) in `dtype` (else FP32): safetensors only."""
+    """A prepared model (snapshot, local or converted) in `dtype` (else FP32): safetensors only,
+    read on the CPU (the caller moves it); random weights are made on `device` itself."""
     import torch
     from transformers import AutoTokenizer
 
@@ -157,8 +158,8 @@ def load_prepared(
         model_class = causal_lm_class(path)
         timeline.read_model_files(model_files(path))
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        if random_source.is_random(path):  # no weights on disk: made here, in `dtype`
-            made = random_source.build(path, "cpu", **{DTYPE_KWARG: dtype or torch.float32})
+        if random_source.is_random(path):  # no weights on disk: made there, in `dtype`
+            made = random_source.build(path, device, **{DTYPE_KWARG: dtype or torch.float32})
             return made.eval(), tokenizer
         options: dict[str, Any] = {"use_safetensors": True, DTYPE_KWARG: dtype or torch.float32}
         return model_class.from_pretrained(str(path), **options).eval(), tokenizer

@@ -1,11 +1,12 @@
 """Where the project's own files live, so the package finds schemas and resources.
 
 The package reads files beside it in the repository (workflow/schemas, config/systems,
-config/paper.yaml, profiles/*/site.yaml, envs/gaudi, resources). Built as a wheel, those go
-along as data files under <prefix>/share/accelstudy in the same layout (pyproject.toml's
-[tool.setuptools.data-files]). One rule picks the root all of them are read from: the first of
-$ACCELSTUDY_ROOT (the Snakefile sets it to its own folder), the checkout the package is imported
-from, and the installed package's copy that holds workflow/schemas/config.schema.yaml.
+config/paper.yaml, profiles/<site>/site.yaml and config.yaml, envs/gaudi, resources). Built as
+a wheel, those go along as data files under <prefix>/share/accelstudy in the same layout
+(pyproject.toml's [tool.setuptools.data-files]). One rule picks the root all of them are read
+from: the first of $ACCELSTUDY_ROOT (the Snakefile sets it to its own folder), the checkout the
+package is imported from, and the installed package's copy that holds
+workflow/schemas/config.schema.yaml.
 """
 
 import os
@@ -56,6 +57,8 @@ PROJECT_ROOT = find_root(os.environ) or CHECKOUT
 SCHEMAS = PROJECT_ROOT / "workflow" / "schemas"
 RESOURCES = PROJECT_ROOT / "resources"
 SYSTEMS = PROJECT_ROOT / "config" / "systems"
+PROFILES = PROJECT_ROOT / "profiles"  # the sites' (accelstudy.site names the one to use)
+PAPER = PROJECT_ROOT / "config" / "paper.yaml"  # the published study
 
 
 def require_project_files() -> None:

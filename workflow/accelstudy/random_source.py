@@ -2,13 +2,14 @@
 each job on its device in the point's dtype and never written to disk. The published sweep's
 speed and memory at full size (Llama-3.3-70B's shapes) without downloading or storing weights;
 its quality means nothing, so every record says "random weights: speed and memory only" (the
-manifest's `weights`, copied into each record's inputs.model) and the report keeps such records
-out of every quality table beside the published numbers."""
+manifest's `weights`, copied into each record's inputs.model beside `source: random`) and the
+report keeps records of that source out of every quality table beside the published numbers."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,12 +106,35 @@ def is_random(model_dir: Path) -> bool:
 def build(model_dir: Path, device: str | torch.device, **options: Any) -> PreTrainedModel:
     """The model of `model_dir`'s config, initialised as transformers does, directly on `device`
     and in the dtype `options` give (transformers' own keyword: from_config's), seeded by the
-    manifest so that every rank and repeat starts from the same weights."""
+    manifest so that every rank and repeat starts from the same weights. Every stage makes its
+    random model here, so none holds an FP32 copy on the host (a 70B's would be ~282 GB); one
+    that cannot fit where it is asked for is refused, from its shapes on `meta`, before any
+    allocation: torch's out-of-memory error, which fine-tuning records as does-not-fit."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     seed = json.loads((Path(model_dir) / MANIFEST).read_text()).get("seed", 0)
     config = AutoConfig.from_pretrained(str(model_dir))
+    if (room := free_bytes(torch.device(device))) < math.inf:
+        with torch.device("meta"):
+            shapes = AutoModelForCausalLM.from_config(config, **options)
+        tensors = [*shapes.parameters(), *shapes.buffers()]
+        if (need := sum(t.numel() * t.element_size() for t in tensors)) > room:
+            where = f"{torch.device(device)} has {room / 1e9:.3g} GB free"
+            raise torch.OutOfMemoryError(f"random weights need {need / 1e9:.3g} GB; {where}")
     torch.manual_seed(seed)
     with torch.device(device):
         return AutoModelForCausalLM.from_config(config, **options)
+
+
+def free_bytes(device: torch.device) -> float:
+    """What `device` has free now: the host's available memory, a CUDA card's free memory;
+    unbounded where it is not known (meta, HPU)."""
+    import psutil
+    import torch
+
+    if device.type == "cpu":
+        return float(psutil.virtual_memory().available)
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    return math.inf

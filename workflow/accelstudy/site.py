@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from accelstudy.errors import ConfigError, require
-from accelstudy.paths import PROJECT_ROOT
+from accelstudy.paths import PROFILES
 from accelstudy.systems import System, load_system
 
 ACCOUNT_ENV = "ACCELSTUDY_ACCOUNT"
@@ -59,9 +59,10 @@ def check_plain(variable: str, value: str, key: str, system: str) -> None:
 def other_site(variable: str, system: str) -> str:
     """Why $ACCELSTUDY_SLURM_* is unset: another site's profile (its site.yaml names its system)."""
     key = variable.removeprefix("ACCELSTUDY_SLURM_").lower()
-    for site_file in sorted((PROJECT_ROOT / "profiles").glob("*/site.yaml")):
+    for site_file in sorted(PROFILES.glob("*/site.yaml")):
         site = yaml.safe_load(site_file.read_text())["system"]
-        reads = f"${variable}" in (site_file.parent / "config.yaml").read_text()
+        profile = site_file.with_name("config.yaml")  # a hint: a profile not there reads nothing
+        reads = profile.is_file() and f"${variable}" in profile.read_text()
         if reads and site != system and key in load_system(site).slurm:
             return (
                 f": the study names system '{system}', but profiles/{site_file.parent.name} is "

@@ -97,3 +97,33 @@ def check_system(spec: Any, where: str) -> None:
     """Types, minimums (no zero cards, cores or memory to divide by), enums, no unknown key."""
     if errors := list(_validator().iter_errors(spec)):
         raise schema_error(errors, where)
+
+
+def card_memory(system: System, device_kind: str) -> tuple[float | None, str]:
+    """GB a card offers and where that figure comes from: the system file's, else (CUDA) the
+    smallest of the cards this process sees as its driver reports them, through NVML (which
+    makes no CUDA context in the job's process), else torch.cuda.mem_get_info; else unknown."""
+    if system.memory_per_card_gb is not None:
+        return float(system.memory_per_card_gb), f"config/systems/{system.name}.yaml"
+    if device_kind != "cuda":
+        return None, "unknown"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        names = visible.split(",") if visible else range(pynvml.nvmlDeviceGetCount())
+        handles = [
+            pynvml.nvmlDeviceGetHandleByUUID(n)
+            if str(n).startswith(("GPU-", "MIG-"))
+            else pynvml.nvmlDeviceGetHandleByIndex(int(n))
+            for n in names
+        ]
+        return min(pynvml.nvmlDeviceGetMemoryInfo(h).total for h in handles) / 1e9, "nvml"
+    except Exception:  # no nvidia-ml-py, or no driver answers: torch's own count
+        import torch
+
+        if not torch.cuda.is_available():
+            return None, "unknown"
+        totals = [torch.cuda.mem_get_info(i)[1] for i in range(torch.cuda.device_count())]
+        return min(totals) / 1e9, "torch.cuda.mem_get_info"

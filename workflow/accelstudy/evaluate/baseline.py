@@ -57,7 +57,7 @@ def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:
     """Evaluate the unquantized model on one task and write its result record."""
     job = EvalJob.from_flags(**flags)
     dtype = job.resolve_dtype(job.settings.get("dtype", "float32"), job.device.kind)
-    model, tokenizer = load_prepared(job.model_dir, dtype=devices.DTYPES[dtype])
+    model, tokenizer = load_prepared(job.model_dir, devices.DTYPES[dtype], job.device.torch)
     metrics = job.evaluate(model, tokenizer, protocol)
     parameters = {"settings": job.settings, "limit": job.limit, "dtype": dtype}
     method = "fp32" if dtype == "float32" else dtype

@@ -3,6 +3,7 @@
 import contextlib
 import importlib.util
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ from accelstudy.launch import PointFailed, PointJob
 from accelstudy.layout import results_of
 from accelstudy.models import load_model_config
 from accelstudy.points import FinetunePoint
+from accelstudy.random_source import is_random
 from accelstudy.records import Record
 from accelstudy.snapshots import identity
 from accelstudy.strategies import STRATEGIES
+from accelstudy.systems import card_memory
 
 WORKER = "accelstudy.finetune.train"
 
@@ -42,7 +45,12 @@ def run(
     job = PointJob.from_flags(**flags)
     asked, config = point, load_model_config(model_dir)
     point = point.replace(dtype=job.ranks_dtype(point.dtype, point.cards))
-    metrics, over = fit_check(config, point, job.system, job.ranks_device)
+    # card memory the system file states none of: read from the card here, and recorded
+    card_gb, card_source = card_memory(job.system, job.ranks_device)
+    system = replace(job.system, memory_per_card_gb=card_gb)
+    metrics, over = fit_check(config, point, system, job.ranks_device, is_random(model_dir))
+    on_cpu = card_gb is None and job.system.device == "cpu"
+    metrics["memory_per_card_source"] = "the node's RAM per rank" if on_cpu else card_source
     reason = unsupported(point, config, job.ranks_device)
     if reason and point.on_unsupported != "record":
         raise PointFailed(f"{reason} (or set finetune.on_unsupported: record)")

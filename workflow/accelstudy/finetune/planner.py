@@ -1,6 +1,7 @@
 """A fine-tuning point's per-card peak memory and its node's host RAM from the model's config
 alone (meta device), so the paper's 8B-70B models plan offline from resources/models."""
 
+import csv
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -22,24 +23,27 @@ from accelstudy.snapshots import weights_dir
 from accelstudy.strategies import STRATEGIES
 from accelstudy.systems import System
 
-# Beyond the tensors counted here, stated, not fitted per point: cpu, the imports after the
-# record's baseline, code pages, thread pools (the tiny Llama's ranks: 75-91 MB, 2026-12); cuda,
-# context and cuBLAS workspaces; hpu, the runtime.
-FRAMEWORK_OVERHEAD = {"cpu": 0.09e9, "cuda": 1.0e9, "hpu": 2.0e9}
-CPU_ENGINE = {"deepspeed": 0.03e9}  # its engine and comm op on the cpu: tiny Llama ranks +25-30 MB
+
+def _constants() -> dict[str, dict[str, float]]:
+    """resources/planner_constants.csv, the one source of the planner's measured, stated and
+    fitted figures (what each was fitted on and judged by is in the table): constant -> key ->
+    value. framework_overhead: beyond the tensors counted here, per device kind; cpu_engine: an
+    engine's own on the CPU; cpu_heap_kept: what glibc's heap keeps of what a CPU rank frees, as
+    multiples (plan_card); host_process: a rank's process before any weights (plan_host);
+    process_group: a rank's among several; eager_scores: eager attention's on the CPU."""
+    table: dict[str, dict[str, float]] = {}
+    with (RESOURCES / "planner_constants.csv").open(newline="") as rows:
+        for row in csv.DictReader(rows):
+            table.setdefault(row["constant"], {})[row["key"]] = float(row["value"])
+    return table
+
+
+CONSTANTS = _constants()
+FRAMEWORK_OVERHEAD, CPU_ENGINE = CONSTANTS["framework_overhead"], CONSTANTS["cpu_engine"]
+CPU_HEAP_KEPT, HOST_PROCESS = CONSTANTS["cpu_heap_kept"], CONSTANTS["host_process"]
+PROCESS_GROUP, EAGER_SCORES = CONSTANTS["process_group"], CONSTANTS["eager_scores"]
 ZERO3_PERSISTENCE = 100_000  # DeepSpeed's default stage3_param_persistence_threshold
 ZERO3_REUSE = 1_000_000_000  # DeepSpeed's default stage3_max_reuse_distance, in elements
-# cpu: glibc keeps what it frees under its mmap threshold, which it raises to the largest chunk
-# freed up to 32 MiB (mallopt(3)): RSS keeps the heap's high water. What a rank frees of weights-
-# sized buffers stays, measured here (2026-12: SmolLM2-135M at 128-512 tokens and a 12-layer copy,
-# 1 and 2 ranks; planned above the range): ddp, about the weights (with 2 ranks, the Trainer copies
-# them moving them to accelerate's cpu:0; 0.4-1.1: 1.5); deepspeed, per layer its gather's flat
-# buffer and per-parameter copies (0.8-2.6 layers: 3); fsdp, per layer and pass its all-gather
-# buffers beyond the activations that reuse them (2.2-3.3 layers: 3), at least the gathered one.
-CPU_HEAP_KEPT = {"ddp": 1.5, "deepspeed": 3.0, "fsdp": 3.0}
-# A rank's process before any weights: Python with our imports (cpu: 0.55-0.6 GB measured here
-# in 2026-11), plus CUDA's or Habana's runtime libraries and context. Stated, not fitted.
-HOST_PROCESS = {"cpu": 0.6e9, "cuda": 3.0e9, "hpu": 4.0e9}
 CHECKPOINT_SHARD = 5e9  # what a zero.Init rank reads at once: save_pretrained's default shard
 TOKEN_COLUMNS = 3  # a training block: input_ids, labels, attention_mask (int64 each)
 _META_MODELS: dict[str, PreTrainedModel] = {}  # meta_model's, by config
@@ -131,6 +135,17 @@ def activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
     return layers + b * s * config.vocab_size * (width + 3 * 4)
 
 
+def cpu_eager_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
+    """Eager attention's scores on the CPU beyond their count (2 x width + 4 bytes per element and
+    layer): what RSS holds there, measured (EAGER_SCORES) per layer and once (the layer at work)."""
+    if point.attention != "eager":
+        return 0
+    b, s, width = point.per_device_batch, point.max_seq_length, DTYPE_BYTES[point.dtype]
+    elements, layers = b * config.num_attention_heads * s * s, config.num_hidden_layers
+    per_layer = EAGER_SCORES["cpu_per_layer"] - (2 * width + 4)
+    return int(elements * (layers * per_layer + EAGER_SCORES["cpu_once"]))
+
+
 def layer_activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
     """One layer's, per token: both norms' inputs and outputs (4h), q, k, v (h + 2kv), q and k after
     RoPE (h + kv), k and v per query head (2h), attention output and o_proj's input (2h), LoRA's
@@ -159,7 +174,9 @@ def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> Me
     if engine == "deepspeed":
         gathered = max(gathered, min(total, ZERO3_REUSE // 2))
     overhead = FRAMEWORK_OVERHEAD[device] + (CPU_ENGINE.get(engine, 0) if device == "cpu" else 0)
-    if device == "cpu":  # what the heap keeps (CPU_HEAP_KEPT)
+    overhead += PROCESS_GROUP.get(device, 0) if point.cards > 1 else 0
+    if device == "cpu":  # what the heap keeps (CPU_HEAP_KEPT) and eager attention's scores
+        states["activations"] += cpu_eager_bytes(config, point)
         kept, each = CPU_HEAP_KEPT[engine], layer * width
         if engine == "ddp":
             overhead += kept * total * width
@@ -172,26 +189,38 @@ def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> Me
 
 
 def plan_host(
-    config: PretrainedConfig, point: FinetunePoint, device: str, ranks_per_node: int
+    config: PretrainedConfig,
+    point: FinetunePoint,
+    device: str,
+    ranks_per_node: int,
+    random_weights: bool = False,
 ) -> HostPlan:
     """Rank 0's node (the busiest), per rank: its process, the larger of the weights it loads
-    (its partition and a file read; rank 0 alone, but all on Gaudi) and a cpu plan, its data."""
+    (its partition and a file read; rank 0 alone, but all on Gaudi) and a cpu plan, its data.
+    Random weights (`source: random`) read no file, and a rank that holds them whole on a CUDA
+    card builds them there (train.rank_device): its host holds none of them."""
     weights = meta_model(config).num_parameters() * DTYPE_BYTES[point.dtype]
     blocks = point.max_steps * point.samples_per_step * point.cards
     data = blocks * point.max_seq_length * TOKEN_COLUMNS * 8
     resident = plan_card(config, point, device).total if device == "cpu" else 0
     loads_by = STRATEGIES[point.strategy].loads
-    partition = math.ceil(weights / point.cards) + min(weights, int(CHECKPOINT_SHARD))
+    read = 0 if random_weights else min(weights, int(CHECKPOINT_SHARD))
+    partition = math.ceil(weights / point.cards) + read
     loads = [partition if loads_by == "its partition" else weights] * ranks_per_node
     if loads_by == "rank 0" and device != "hpu":
         loads[1:] = [0] * (ranks_per_node - 1)
+    if random_weights and loads_by == "every rank" and device == "cuda":
+        loads = [0] * ranks_per_node
     return HostPlan(tuple(int(HOST_PROCESS[device]) + max(w, resident) + data for w in loads))
 
 
-def memory_per_card(system: System, cards: int) -> float:
-    """GB a card offers; on the cpu system the ranks of a node share its RAM."""
+def memory_per_card(system: System, cards: int) -> float | None:
+    """GB a card offers: the system file's; on the cpu system the ranks of a node share its RAM;
+    else unknown (None), never host RAM: a job reads its card (systems.card_memory)."""
     if system.memory_per_card_gb is not None:
         return float(system.memory_per_card_gb)
+    if system.device != "cpu":
+        return None
     return psutil.virtual_memory().total / 1e9 / system.layout(cards)[1]
 
 
@@ -203,13 +232,18 @@ def host_memory(system: System) -> float | None:
 
 
 def fit_check(
-    config: PretrainedConfig, point: FinetunePoint, system: System, device: str
+    config: PretrainedConfig,
+    point: FinetunePoint,
+    system: System,
+    device: str,
+    random_weights: bool = False,
 ) -> tuple[dict[str, Any], str]:
-    """The point's plans against the system's memory, and what it would overflow ("" if none)."""
+    """The point's plans against the system's memory, and what it would overflow ("" if none;
+    a budget unknown is not checked)."""
     card = plan_card(config, point, device)
-    host = plan_host(config, point, device, system.layout(point.cards)[1])
+    host = plan_host(config, point, device, system.layout(point.cards)[1], random_weights)
     budget, host_budget = memory_per_card(system, point.cards), host_memory(system)
-    over = [] if card.fits(budget) else ["card"]
+    over = [] if budget is None or card.fits(budget) else ["card"]
     over += [] if host_budget is None or host.fits(host_budget) else ["host"]
     metrics = {"predicted": card.as_dict(), "memory_per_card_gb": budget}
     metrics |= {"predicted_host": host.as_dict(), "host_memory_gb": host_budget}
@@ -250,7 +284,8 @@ def plan_sweep(config: Mapping[str, Any], system: System) -> list[dict[str, Any]
         row |= {"dtype": dtype, "peak_tflops": limit.get("flops_per_s", math.nan) / 1e12}
         row["peak_source"] = limit["source"].split(":")[0]  # the full sources: under the table
         model_config = load_model_config(model_source(config, cell.model))
-        metrics, over = fit_check(model_config, point, system, system.device)
+        random = config["models"][cell.model]["source"] == "random"
+        metrics, over = fit_check(model_config, point, system, system.device, random)
         card, host = metrics["predicted"]["total"], metrics["predicted_host"]["total"]
         row |= {"card_gb": card / 1e9, "card_offer_gb": metrics["memory_per_card_gb"]}
         row |= {"host_gb": host / 1e9, "host_offer_gb": metrics["host_memory_gb"]}

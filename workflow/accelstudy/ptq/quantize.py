@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoTokenizer, PreTrainedModel
 
+from accelstudy import random_source
 from accelstudy.data.sources import read_prepared
 from accelstudy.device import DTYPES
 from accelstudy.evaluate.baseline import EvalJob
@@ -40,6 +41,15 @@ class QuantJob(EvalJob):
     fp8_format: str = default("ptq.fp8_format")
     fp8_without_hpu: str = default("ptq.fp8_without_hpu")
 
+    @property
+    def random(self) -> bool:
+        """Random weights: made on the device, paper-sized, and never on disk to count."""
+        return random_source.is_random(self.model_dir)
+
+    def stored_bytes(self, model: nn.Module) -> int:
+        """saved_bytes; random weights' counted, not written (a 70B's would not fit a disk)."""
+        return saved_bytes(model, written=not self.random)
+
 
 def paper_ratio(shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_size=128) -> float:
     """FP32 bits / (b bits per weight + a 16-bit scale per group) over the quantized (out, in)s."""
@@ -47,20 +57,32 @@ def paper_ratio(shapes_and_bits: Iterable[tuple[tuple[int, int], int]], group_si
     return sum(32 * n for n, _, _ in counts) / sum(b * n + 16 * groups for n, groups, b in counts)
 
 
-def saved_bytes(model: nn.Module) -> int:
-    """Bytes of the model's state dict saved as safetensors (shared tensors counted once)."""
+def state_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict, shared tensors once (under their first name)."""
     tensors: dict[object, tuple[str, torch.Tensor]] = {}  # each storage's first name and tensor
     for name, tensor in model.state_dict().items():
         key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)) if tensor.numel() else name
         tensors.setdefault(key, (name, tensor))
+    return dict(tensors.values())
+
+
+def saved_bytes(model: nn.Module, written: bool = True) -> int:
+    """Bytes of the model's state dict saved as safetensors (shared tensors counted once); not
+    `written`: its tensors' bytes alone (the header's few kB left out)."""
+    tensors = state_tensors(model)
+    if not written:
+        return sum(t.numel() * t.element_size() for t in tensors.values())
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.safetensors")
-        save_file({n: t.detach().contiguous().cpu() for n, t in tensors.values()}, path)
+        save_file({n: t.detach().contiguous().cpu() for n, t in tensors.items()}, path)
         return os.path.getsize(path)
 
 
-def prepared_bytes(model_dir: Path) -> int:
-    """The model's bytes as FP32 safetensors: the uncompressed reference of the ratio."""
+def prepared_bytes(model_dir: Path, model: nn.Module | None = None) -> int:
+    """The model's bytes as FP32 safetensors: the uncompressed reference of the ratio; random
+    weights, none on disk: 4 bytes for each value of `model` (as made, before any recipe)."""
+    if model is not None and random_source.is_random(model_dir):
+        return 4 * sum(t.numel() for t in state_tensors(model).values())
     return fp32_bytes(weights_dir(model_dir))
 
 
@@ -80,7 +102,12 @@ def fake(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
     shapes = {e.key: (e.linear.out_features, e.linear.in_features) for e in decoder_linears(model)}
     weights.fake_quantize(model, bits, job.group_size, job.symmetric)
     ratio = paper_ratio([(shapes[k], b) for k, b in bits.items() if b is not None], job.group_size)
-    return model, prepared_bytes(job.model_dir), ratio, "simulated: quantize-dequantize in FP32"
+    return (
+        model,
+        prepared_bytes(job.model_dir, model),
+        ratio,
+        "simulated: quantize-dequantize in FP32",
+    )
 
 
 def compute_in(model: nn.Module, dtype: torch.dtype) -> None:
@@ -98,7 +125,7 @@ def nvidia(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
     ratio = stored_ratio(model, per_weight)  # before the Linears are swapped out
     weights.quantize_nvidia(model, module_bits, job.group_size)
     note = "FP16 / INT8 / packed INT4 storage, dequantized before each matmul"
-    return model, saved_bytes(model), ratio, note
+    return model, job.stored_bytes(model), ratio, note
 
 
 def fp8(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
@@ -108,11 +135,11 @@ def fp8(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
     if job.device.kind == "hpu":
         quantized = fp8_on_hpu(job, model, fp8_keys)
         note = f"Intel Neural Compressor FP8 ({job.fp8_format}) MEASURE + QUANTIZE on HPU"
-        return quantized, saved_bytes(quantized), ratio, note
+        return quantized, job.stored_bytes(quantized), ratio, note
     dtypes = {key: "fp8" if key in fp8_keys else "bf16" for key in bits}
     weights.quantize_fp8_standin(model, dtypes, job.fp8_format)
     note = f"stand-in: torch float8 ({job.fp8_format}) weights with per-channel scales; no HPU"
-    return model, saved_bytes(model), ratio, note
+    return model, job.stored_bytes(model), ratio, note
 
 
 def fp8_on_hpu(job: QuantJob, model: PreTrainedModel, fp8_keys: list[str]) -> nn.Module:
@@ -131,7 +158,8 @@ def fp8_on_hpu(job: QuantJob, model: PreTrainedModel, fp8_keys: list[str]) -> nn
             job.device.mark_step()
 
     def fresh_bf16() -> nn.Module:
-        return load_prepared(job.model_dir, dtype=torch.bfloat16)[0].to(job.device.torch)
+        device = job.device.torch
+        return load_prepared(job.model_dir, torch.bfloat16, device)[0].to(device)
 
     stats = str(job.out.parent)
     return weights.quantize_fp8_inc(fresh_bf16, names, job.fp8_format, calibrate, stats)
@@ -139,7 +167,7 @@ def fp8_on_hpu(job: QuantJob, model: PreTrainedModel, fp8_keys: list[str]) -> nn
 
 def bf16(job: QuantJob, model: nn.Module, bits: Bits) -> RecipeResult:
     model.to(torch.bfloat16)
-    return model, saved_bytes(model), 2.0, "whole model in bfloat16 (the CPU recipe)"
+    return model, job.stored_bytes(model), 2.0, "whole model in bfloat16 (the CPU recipe)"
 
 
 def module_assignment(model: PreTrainedModel, spec: dict[str, Any], source: Path) -> Bits:
@@ -167,15 +195,18 @@ def quantize(**flags: Any) -> dict[str, Any]:
             f"recipe 'fp8' needs Intel Neural Compressor on an HPU, but the device is "
             f"'{job.device.kind}'; set ptq.fp8_without_hpu: standin to run the float8 stand-in"
         )
-    model, tokenizer = load_prepared(job.model_dir)
+    asked = recipe.compute_dtype or job.settings.get("dtype") or "float32"
+    compute_dtype = job.resolve_dtype(asked, job.device.kind)
+    # read weights are quantized from FP32 on the CPU; random ones, made in the computing dtype
+    # on the device (no FP32 to be faithful to), are quantized there
+    made_in = DTYPES[compute_dtype] if job.random else None
+    model, tokenizer = load_prepared(job.model_dir, made_in, job.device.torch)
+    reference = prepared_bytes(job.model_dir, model)
     spec = json.loads(Path(job.assignment).read_text())
     bits = module_assignment(model, spec, job.assignment)
     model, stored, ratio, note = pkgutil.resolve_name(recipe.function)(job, model, bits)
-    asked = recipe.compute_dtype or job.settings.get("dtype") or "float32"
-    compute_dtype = job.resolve_dtype(asked, job.device.kind)
     compute_in(model, DTYPES[compute_dtype])
     metrics = job.evaluate(model, tokenizer, "paper")
-    reference = prepared_bytes(job.model_dir)
     metrics["compression_ratio"] = round(ratio, 4)
     metrics.update(model_compression_ratio=round(reference / stored, 4), stored_bytes=stored)
     parameters = {"bits": spec["bits"], "method": spec["method"], "recipe": job.recipe}

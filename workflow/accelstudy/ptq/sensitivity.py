@@ -186,7 +186,7 @@ def sensitivity_chunk(
 ) -> dict[str, Any]:
     """The `sensitivity` stage: prune each target of one chunk in turn; write its scores."""
     device = devices.resolve(device_kind)
-    model, tokenizer = load_prepared(model_dir)
+    model, tokenizer = load_prepared(model_dir, device=device.torch)  # FP32: what it compares
     model.to(device.torch)  # type: ignore[arg-type]  # transformers wraps .to: mypy binds no self
     calibration = build_calibration(tokenizer, task, read_prepared(data), limit, settings)
     all_targets = targets(model, granularity, family)

@@ -88,7 +88,7 @@ def flatten(record: dict) -> dict:
         # which revisions were measured: a table compares only what names the same ones
         "model_revision": model.get("commit") or model.get("digest") or model.get("revision"),
         "data_revision": data.get("revision") or data.get("digest") or data.get("prepared"),
-        "weights": model.get("weights", ""),  # "random weights: ..." (accelstudy.random_source)
+        "model_source": model.get("source", ""),  # "random": speed and memory only
         "device_name": provenance["hardware"].get("device_name", ""),
         "not_shown": "; ".join(f"{key} {value!r}" for (_, key), value in bad.items()),
     }

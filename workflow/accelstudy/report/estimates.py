@@ -40,7 +40,7 @@ def sr3_judged() -> pd.DataFrame:
         system = load_system(path.stem)
         for _, row in published[published["device"] == system.accelerator].iterrows():
             cell = SimpleNamespace(devices=int(row["devices"]), repeat=0)
-            told = estimate(work_of("diffusion", cell, "", config, system), [], system)
+            told = estimate(work_of("diffusion", cell, "", config, system), [], system, [])
             minutes = told.seconds / 60 if told.seconds else None
             ratio = minutes / row["minutes"] if minutes else None
             out.append([system.name, row["device"], row["devices"], minutes, row["minutes"], ratio])

@@ -9,7 +9,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from accelstudy import random_source
 from accelstudy.files import read_json
 from accelstudy.layout import wildcards_of
 from accelstudy.paths import RESOURCES
@@ -75,6 +74,16 @@ def collect_sensitivity(
 def _assigned(spec: dict, name: str, layer: int) -> int:
     """The bits an assignment gives one pruned target (a layer, or a module of one)."""
     return spec["module_bits"][name] if "module_bits" in spec else spec["layer_bits"][str(layer)]
+
+
+def real_weights(records: pd.DataFrame) -> tuple[pd.DataFrame, set[str]]:
+    """The records of models with weights read, and the models whose weights were random (the
+    record's inputs.model.source): their perplexity, accuracy and sensitivity mean nothing, so
+    they never stand beside the published ones."""
+    if "model_source" not in records:
+        return records, set()
+    random = records["model_source"] == "random"
+    return records[~random], set(records.loc[random, "model"])
 
 
 def load_published() -> pd.DataFrame:
@@ -399,9 +408,7 @@ def sections(
     """The baseline and, where PTQ ran, Table 1 (ours, then the published), Fig. 1 and the
     trade-off; their tables and figures are written in every study (the rule declares them)."""
     published = load_published()
-    # a random-weight model's perplexity and accuracy mean nothing: never beside published ones
-    if "weights" in records:
-        records = records[records["weights"] != random_source.NOTE]
+    records, random = real_weights(records)
     baseline = baseline_table(records, published)
     versus = versus_baseline(records)  # reads the items once for Table 1, the figure, the words
     our_table1 = table1(records, [bits_label(b) for b in bit_lists], versus)
@@ -412,6 +419,8 @@ def sections(
     evaluated = records[records["stage"] == "baseline"]
     draw(output(folder, "baseline_figure"), "no baseline records", baseline_figure, evaluated)
     sensitive = collect_sensitivity(sensitivity, assignments)
+    if random and "model" in sensitive:
+        sensitive = sensitive[~sensitive["model"].isin(random)]
     empty = "no sensitivity tables in this study"
     draw(output(folder, "fig1"), empty, fig1, sensitive, calibration or {})
     points = tradeoff_points(records, published, versus)
