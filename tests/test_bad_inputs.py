@@ -254,3 +254,72 @@ def test_prepare_model_never_replaces_a_folder_it_did_not_make(tiny, tmp_path):
     assert snapshot(tmp_path) == before
     prepare_model(spec, tmp_path / "fresh")  # ours: made, then made again over itself
     prepare_model(spec, tmp_path / "fresh")
+
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)  # 9^9 strings once expanded: what Snakemake's loader and a schema walk would try
+YAML_FILES = [  # (the study file's text, what the line says): refused as read, nothing built
+    ("study: a\nseed: 1\nstudy: b\n", "key 'study' appears twice (line 3): keep one"),
+    (LAUGHS, "its aliases expand past 100,000 nodes"),
+    ("a: &x [1, *x]\n", "an alias at line 1 holds itself"),
+    ("finetune:\n  learning_rate: .nan\n", "key 'finetune.learning_rate' is not a finite number"),
+    ("ptq:\n  bit_lists: [[16, -.inf]]\n", "key 'ptq.bit_lists.0.1' is not a finite number"),
+    ("study: [a\n", "not valid YAML (line 2, column 1)"),
+    ("- study\n", "expected a mapping of keys, got list"),
+    ("study: a\n\tseed: 1\n", "not valid YAML"),
+]
+
+
+@pytest.mark.parametrize(("text", "says"), YAML_FILES, ids=range(len(YAML_FILES)))
+def test_a_study_file_yaml_fault_is_one_line_before_anything(text, says, tmp_path):
+    """check-config's reader, the Snakefile's and `accelstudy snakemake`'s (before Snakemake's
+    own loader): one line naming the file; nothing on disk changes."""
+    from accelstudy.locks import run_snakemake
+    from accelstudy.study import load_study
+
+    study = tmp_path / "study.yaml"
+    study.write_text(text)
+    before = snapshot(tmp_path)
+    with pytest.raises(StudyError) as error:
+        load_study(study)
+    one_line(error, str(study), says)
+    with pytest.raises(StudyError) as error:  # refused before Snakemake (`false`) would run
+        run_snakemake(tmp_path, ["false", "--cores", "1", "--configfile", str(study)])
+    one_line(error, says)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_copied_system_file_still_naming_its_source_is_refused(tmp_path, monkeypatch):
+    """A system's records live under its file's name: a copy of perlmutter.yaml saved as
+    mysite.yaml but still saying `name: perlmutter` would show perlmutter's records as its own."""
+    from accelstudy import systems
+    from accelstudy.paths import SYSTEMS
+
+    (tmp_path / "mysite.yaml").write_text((SYSTEMS / "perlmutter.yaml").read_text())
+    monkeypatch.setattr(systems, "SYSTEMS", tmp_path)
+    with pytest.raises(StudyError) as error:
+        systems.load_system("mysite")
+    one_line(error, "config/systems/mysite.yaml: key 'name' says 'perlmutter'", "name: mysite")
+    for path in SYSTEMS.glob("*.yaml"):  # every shipped one says its own name
+        assert yaml.safe_load(path.read_text())["name"] == path.stem
+
+
+def test_a_broken_system_file_no_run_uses_stops_no_report(tmp_path, monkeypatch, capsys):
+    """The report's and the forecast's tables over every system file pass a broken one over,
+    named in one line; the systems that load are all there."""
+    import shutil
+
+    from accelstudy import systems
+    from accelstudy.paths import SYSTEMS
+    from accelstudy.report.estimates import sr3_judged
+
+    for path in SYSTEMS.glob("*.yaml"):
+        shutil.copy(path, tmp_path)
+    (tmp_path / "old-site.yaml").write_text("name: old-site\ndevice: gpu\n")
+    monkeypatch.setattr(systems, "SYSTEMS", tmp_path)
+    names = [system.name for system in systems.every_system()]
+    assert sorted(names) == sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("accelstudy: passed over old-site.yaml:"), said
+    assert {"A100", "V100"} <= set(sr3_judged()["device"])

@@ -89,3 +89,31 @@ def test_a_program_collects_nothing_of_its_imports():
         gc.unfreeze()
         gc.enable()
         timeline.SPENT.pop("imports", None)
+
+
+MISTAKES = [  # (argv, what the one line says): each a user's mistake, none a traceback
+    (["plan-time", "--configfile", "/no/such.yaml"], "'/no/such.yaml' does not exist"),
+    (["plan-fit", "--configfile", "/"], "'/' is not a regular file"),
+    (["check-config", "--configfile", "/no/such.yaml"], "does not exist"),
+    (["recommend", "--model", "nosuch", "--system", "cpu"], "'nosuch' is not fine-tuned"),
+    (["plan-memory", "--model", "tinyllama-1.1b", "--strategy", "ddp", "--cards", "0"],
+     "argument --cards: '0' is not a whole number above 0"),
+    (["plan-memory", "--model", "tinyllama-1.1b", "--strategy", "ddp", "--cards", "-2"],
+     "argument --cards: '-2' is not a whole number above 0"),
+    (["plan-memory", "--model", "tinyllama-1.1b", "--strategy", "ddp",
+      "--memory-per-card-gb", "-1"], "'-1' is not a number above 0"),
+    (["plan-time", "--configfile", "config/paper.yaml", "--budget", "nan"],
+     "argument --budget: 'nan' is not a number above 0"),
+    (["probe", "--threads", "0"], "argument --threads: '0' is not a whole number above 0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "says"), MISTAKES, ids=[" ".join(a[:2]) for a, _ in MISTAKES])
+def test_a_users_mistake_is_one_line_and_status_2(argv, says, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's usage errors
+        code = exit_.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and says in err, err

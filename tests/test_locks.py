@@ -133,3 +133,30 @@ def test_a_dry_run_is_never_refused_for_a_lock(tmp_path, flag):
     (["--cores", "2"], False), (["-s", "Snakefile"], False), (["--notemp"], False)])  # fmt: skip
 def test_what_counts_as_a_dry_run(args, dry):
     assert is_dry_run(["snakemake", *args]) is dry
+
+
+def test_one_writer_per_results_folder_from_any_checkout(tmp_path):
+    """Snakemake's own lock is per working directory: a run from another checkout or host on the
+    same results folder is refused in one line before any job (its note left alone); a dry run
+    is not; a note of a run gone from this host is replaced, and removed when the run ends."""
+    from accelstudy.locks import RUN_LOCK
+
+    from tests.conftest import snakemake
+
+    note = tmp_path / "results" / "tiny" / RUN_LOCK
+    note.parent.mkdir(parents=True)
+    other = {"host": "login02", "pid": 4242, "checkout": "/home/b/accelstudy"}
+    note.write_text(json.dumps(other))
+    assert snakemake(tmp_path, "-n", "--until", "prepare_data").returncode == 0
+    refused = snakemake(tmp_path, "--cores", "1", "--until", "prepare_data")
+    said = [line for line in refused.stderr.splitlines() if "being written" in line]
+    assert refused.returncode != 0 and len(said) == 1, refused.stderr[-2000:]
+    assert "process 4242 on host login02 (checkout /home/b/accelstudy)" in said[0]
+    assert json.loads(note.read_text()) == other  # another run's note stands
+    assert not (tmp_path / "results" / "tiny" / "data").exists()  # no job ran
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout  # fmt: skip
+    note.write_text(json.dumps({"host": platform.node(), "pid": int(dead)}))
+    ran = snakemake(tmp_path, "--cores", "1", "--until", "prepare_data")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert not note.exists() and (tmp_path / "results" / "tiny" / "data").is_dir()

@@ -25,6 +25,23 @@ def _json(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
 
 
+def _positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` above zero (cards, threads, GB, a budget)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0 or value == float("inf"):
+            noun = "whole number" if kind is int else "number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {noun} above 0")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
 def _check_config(configfile: Path) -> None:
     from accelstudy.study import load_study
 
@@ -75,7 +92,7 @@ SHARED: dict[str, dict[str, Any]] = {
     **{name: {"type": _json, "required": True} for name in ("spec", "point", "bits", "settings")},
     "limit": argument("tasks.*.limit"),
     "seed": argument("seed"),
-    "threads": {"type": int, "default": 1, "help": "cores of this job"},
+    "threads": {"type": _positive(int), "default": 1, "help": "cores of this job"},
     "device": {"default": "auto", "choices": DEVICES},
 }  # fmt: skip
 Option = str | tuple[str, dict[str, Any] | str]
@@ -131,17 +148,17 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("point", {"type": FinetunePoint.from_json, "help": "the point (finetune keys)"}),
          "threads", "device", "out"]),
     "probe": ("measure this CPU's GEMM FLOP/s per dtype (its peak, cached); run it alone", _probe,
-        [("threads", {"type": int, "nargs": "*", "default": [],
+        [("threads", {"type": _positive(int), "nargs": "*", "default": [],
                       "help": "thread counts (default: 1 and every core)"})]),
     "plan-memory": ("predict a point's per-card peak memory", "console:print_memory",
         [("model", {"required": True, "help": "a model directory or resources/models name"}),
          ("strategy", {"required": True, "choices": STRATEGIES}),
-         ("cards", {"type": int, "default": 1}), ("method", "finetune.method"),
+         ("cards", {"type": _positive(int), "default": 1}), ("method", "finetune.method"),
          ("dtype", {"default": "bfloat16", "choices": ["bfloat16", "float32"]}),
          ("batch", "finetune.per_device_batch"), ("seq-len", "finetune.max_seq_length"),
          ("attention", {"default": "fused", "choices": ["fused", "eager"]}),
          ("device", {"default": "cuda", "choices": DEVICES[1:]}),
-         ("memory-per-card-gb", {"type": float, "help": "say whether it fits"})]),
+         ("memory-per-card-gb", {"type": _positive(float), "help": "say whether it fits"})]),
     "plan-fit": ("the points each system holds out for memory", "console:print_fit",
         ["configfile", ("system", {"nargs": "*", "default": [], "required": False,
                                    "help": "config/systems names (default: all)"}),
@@ -150,7 +167,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         "console:print_time",
         ["configfile", ("system", {"nargs": "*", "default": [], "required": False,
                                    "help": "config/systems names (default: the config's)"}),
-         ("budget", {"type": float, "help": "an allocation in the site's units"}),
+         ("budget", {"type": _positive(float), "help": "an allocation in the site's units"}),
          ("dry-run", {"flags": ["-n", "--dry-run"], "action": "store_true",
                       "help": "per job, only those Snakemake would run now"})]),
     "recommend": ("what to run where: fit map, fastest/cheapest/least-energy, sharding rule",

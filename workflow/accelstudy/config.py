@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from accelstudy.errors import require, schema_error
+from accelstudy.files import read_yaml
 from accelstudy.options import schema
 from accelstudy.paths import PROJECT_ROOT, RESOURCES
 from accelstudy.recipes import RECIPES
@@ -75,7 +75,7 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
 
 def read_config(path: str | Path) -> dict[str, Any]:
     """A study file, checked against the schema alone (study.load_study checks its system too)."""
-    return validate_config(yaml.safe_load(Path(path).read_text()) or {})
+    return validate_config(read_yaml(path))
 
 
 def _check_ptq(config: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ file a re-run would take as done, with the modes open()/mkdir() would give) and 
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -11,7 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from accelstudy.errors import StudyError
+import yaml
+
+from accelstudy.errors import ConfigError, StudyError
+
+MOST_YAML_NODES = 100_000  # a study or system file's nodes with aliases expanded (the paper's
+# study: under 2,000); nested aliases ("billion laughs") expand past it without being built
 
 
 def current_umask() -> int:
@@ -88,3 +94,76 @@ def sha256_file(path: str | Path) -> str:
     """The sha256 of a file, read in blocks (memory stays flat for any size)."""
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key given twice in one mapping (it keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise ConfigError(f"key '{key}' appears twice (line {key_node.start_mark.line + 1})"
+                                  ": keep one")  # fmt: skip
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_nodes(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """The node's size with every alias expanded, each shared node sized once (linear time)."""
+    if sizes.get(id(node)) == -1:  # entered and not left: the node holds itself
+        raise ConfigError(f"an alias at line {node.start_mark.line + 1} holds itself: write it out")
+    if id(node) not in sizes:
+        sizes[id(node)] = -1
+        children = node.value if isinstance(node.value, list) else []
+        pairs = [n for item in children for n in (item if isinstance(item, tuple) else (item,))]
+        sizes[id(node)] = 1 + sum(_expanded_nodes(child, sizes) for child in pairs)
+    return sizes[id(node)]
+
+
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """The first key whose value is a NaN or an infinity, as 'a.b.0', else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "<top level>"
+    items = value.items() if isinstance(value, dict) else []
+    items = enumerate(value) if isinstance(value, list) else items
+    for key, item in items:
+        if found := _non_finite(item, f"{where}.{key}" if where else str(key)):
+            return found
+    return None
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A study or system file as a mapping, or one line naming the file and its fault: not YAML,
+    a key twice, aliases that expand past MOST_YAML_NODES, a NaN or infinity, not a mapping."""
+    path = Path(path)
+    if not path.is_file():  # a folder, a FIFO (which would block the read), nothing
+        problem = "is not a regular file" if path.exists() else "does not exist"
+        raise ConfigError(f"config file '{path}' {problem}: give a study or system YAML file")
+    try:
+        loader = _StrictLoader(path.read_text())
+        try:
+            node = loader.get_single_node()
+            if node is not None and _expanded_nodes(node, {}) > MOST_YAML_NODES:
+                raise ConfigError(
+                    f"its aliases expand past {MOST_YAML_NODES:,} nodes: write it out"
+                )
+            spec = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{at}: {problem}") from None
+    except (ConfigError, UnicodeDecodeError, IsADirectoryError) as error:
+        raise ConfigError(f"{path}: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deep to be a study: write it flatter") from None
+    spec = {} if spec is None else spec
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys, got {type(spec).__name__}")
+    if key := _non_finite(spec):
+        raise ConfigError(f"{path}: key '{key}' is not a finite number: give a number")
+    return spec

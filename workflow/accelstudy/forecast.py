@@ -31,10 +31,10 @@ from accelstudy import flops, models, points
 from accelstudy.config import random_config
 from accelstudy.cost import Allocation, charged
 from accelstudy.layout import OUTPUTS, STAGE_RULE, StudyLayout, record_files
-from accelstudy.paths import RESOURCES, SYSTEMS
+from accelstudy.paths import RESOURCES
 from accelstudy.pruning import chunk_sizes, targets_per_layer
 from accelstudy.snapshots import weights_dir
-from accelstudy.systems import System, load_system
+from accelstudy.systems import System, every_system
 from accelstudy.tasks import TASKS
 
 MARGIN = 1.5  # a job's SLURM time limit: its forecast times this, times the attempt
@@ -420,10 +420,7 @@ def _loading(work: Work, assumed: Mapping[str, str]) -> float:
 @functools.cache
 def figure_system(device: str) -> System | None:
     """The first system file (a base before its variants) whose accelerator is `device`."""
-    for path in sorted(SYSTEMS.glob("*.yaml"), key=lambda p: (len(p.stem), p.stem)):
-        if (system := load_system(path.stem)).accelerator == device:
-            return system
-    return None
+    return next((system for system in every_system() if system.accelerator == device), None)
 
 
 def figure_seconds(told: Estimate, figure: Figure) -> float | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from accelstudy.errors import StudyError
-from accelstudy.files import read_json
+from accelstudy.files import read_json, read_yaml
 
 OWNER = Path(".snakemake") / "accelstudy-owner.json"  # beside locks/: Snakemake reads *.lock
 
@@ -86,12 +86,24 @@ def is_dry_run(command: Sequence[str]) -> bool:
                for a in command)  # fmt: skip
 
 
+def configfiles(command: list[str]) -> list[str]:
+    """The study files a Snakemake command names (--configfile/--configfiles A [B ...])."""
+    found, taking = [], False
+    for arg in command:
+        taking = arg in ("--configfile", "--configfiles") or (taking and not arg.startswith("-"))
+        if taking and not arg.startswith("-"):
+            found.append(arg)
+    return found
+
+
 def run_snakemake(directory: Path, command: list[str]) -> int:
     """unlock_if_stale, then run `command` with this process noted as the lock's owner for as
     long as it runs: once it has ended the note goes, so a lock a later run takes (by hand, or
     from another host) is never taken for this one's. A dry run just runs: it takes no lock."""
     if not command:
         raise StudyError("give the command to run: accelstudy snakemake snakemake --cores 2 ...")
+    for study_file in configfiles(command):  # before Snakemake's loader, which expands aliases
+        read_yaml(study_file)
     if is_dry_run(command):
         return subprocess.call(command)
     print(unlock_if_stale(directory, command), end="", flush=True)
@@ -106,3 +118,53 @@ def run_snakemake(directory: Path, command: list[str]) -> int:
                 return run.wait()
     finally:
         owner_file.unlink(missing_ok=True)
+
+
+# One writer per results folder --------------------------------------------------------------
+RUN_LOCK = ".accelstudy-run.json"  # in the results folder: a run from any checkout or host sees it
+
+
+def take_results_lock(results: Path, checkout: Path) -> None:
+    """Note this run (host, process, checkout) in the results folder, or refuse in one line while
+    another run's note stands: Snakemake's own lock lives in the working directory, so two
+    checkouts sharing one results folder would each run the same jobs. A note left by a run
+    whose process is gone from this host is replaced. Taken as jobs start (`onstart`), never
+    by a dry run."""
+    lock, me = Path(results) / RUN_LOCK, {"host": platform.node(), "pid": os.getpid()}
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = _read_note(lock)
+            host, pid = owner.get("host"), owner.get("pid")
+            dead = host == me["host"] and (not isinstance(pid, int) or not psutil.pid_exists(pid))
+            gone = dead or not owner  # a note cut short as its run was killed
+            if gone or (host, pid) == (me["host"], me["pid"]):  # a dead run's, or this one's
+                lock.unlink(missing_ok=True)
+                continue
+            raise LockHeldError(
+                f"{results} is being written by process {pid} on host {host} (checkout "
+                f"{owner.get('checkout')}): wait for it, or, once sure it has stopped, "
+                f"delete {lock}"
+            ) from None
+        with os.fdopen(fd, "w") as handle:
+            json.dump(me | {"checkout": str(checkout)}, handle)
+        return
+
+
+def release_results_lock(results: Path) -> None:
+    """Remove this run's note (`onsuccess`, `onerror`); another run's is left alone."""
+    lock = Path(results) / RUN_LOCK
+    owner = _read_note(lock)
+    if (owner.get("host"), owner.get("pid")) == (platform.node(), os.getpid()):
+        lock.unlink(missing_ok=True)
+
+
+def _read_note(lock: Path) -> dict:
+    """A run's note, or {} where it is gone or damaged (a run killed while writing it)."""
+    try:
+        note = read_json(lock)
+    except (StudyError, FileNotFoundError):
+        return {}
+    return note if isinstance(note, dict) else {}

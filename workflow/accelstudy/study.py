@@ -7,12 +7,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import yaml
-
 from accelstudy.config import validate_config
 from accelstudy.data.dust import check_preset
 from accelstudy.data.sources import file_problem
 from accelstudy.errors import ConfigError, require
+from accelstudy.files import read_yaml
 from accelstudy.forecast import decoder_sizes
 from accelstudy.points import FINETUNE_KEYS, FinetunePoint, diffusion_point
 from accelstudy.pruning import targets_per_layer
@@ -37,7 +36,7 @@ def load_study(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file '{path}' does not exist")
-    config = yaml.safe_load(path.read_text()) or {}
+    config = read_yaml(path)
     validate_study(config)
     return config
 

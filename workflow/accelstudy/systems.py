@@ -4,13 +4,15 @@ cards per node, nodes, dtypes, launcher and scheduler, and the checks a sweep mu
 import functools
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 import yaml
 
-from accelstudy.errors import require, schema_error
+from accelstudy.errors import ConfigError, require, schema_error
+from accelstudy.files import read_yaml
 from accelstudy.paths import SCHEMAS, SYSTEMS
 
 
@@ -80,10 +82,28 @@ def load_system(name: str) -> System:
     """The machine description config/systems/{name}.yaml, checked against system.schema.yaml."""
     path, known = SYSTEMS / f"{name}.yaml", sorted(p.stem for p in SYSTEMS.glob("*.yaml"))
     require(path.is_file(), "system", f"unknown system '{name}'; known systems are {known}")
-    spec = yaml.safe_load(path.read_text())
+    spec = read_yaml(path)
     check_system(spec, f"config/systems/{name}.yaml: key")
+    # the file's stem is where its records live: a copied file still naming its source would
+    # present the source's records as its own
+    if spec["name"] != name:
+        raise ConfigError(f"config/systems/{name}.yaml: key 'name' says '{spec['name']}', but a "
+                          f"system's name is its file's: write name: {name}")  # fmt: skip
     lists = {"dtypes": tuple(spec.get("dtypes", ("float32",))), "slurm": spec.get("slurm") or {}}
     return System(**{**spec, **lists, "energy": tuple(spec.get("energy") or ())})
+
+
+def every_system() -> list[System]:
+    """Every system file that loads, a base before its variants (perlmutter before
+    perlmutter-80gb); one that does not is named in one line on stderr and passed over, so a
+    file no run uses never stops a report or a forecast."""
+    found = []
+    for path in sorted(SYSTEMS.glob("*.yaml"), key=lambda p: (len(p.stem), p.stem)):
+        try:
+            found.append(load_system(path.stem))
+        except ConfigError as error:
+            print(f"accelstudy: passed over {path.name}: {error}", file=sys.stderr)
+    return found
 
 
 @functools.cache

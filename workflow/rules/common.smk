@@ -1,8 +1,11 @@
 # The study, checked before any job runs, and the lookups the rules make (accelstudy.targets).
 import json
 import os
+from pathlib import Path
 
 from accelstudy.errors import StudyError
+from accelstudy.files import read_yaml
+from accelstudy.locks import release_results_lock, take_results_lock
 from accelstudy.paths import export_for_jobs, require_project_files
 
 try:  # before the imports below read the config schema's defaults
@@ -16,6 +19,9 @@ from accelstudy.study import validate_study
 from accelstudy.targets import StudyTargets
 
 try:
+    # what Snakemake's loader takes silently: a key twice, a NaN
+    for study_file in workflow.config_settings.configfiles:
+        read_yaml(study_file)
     SYSTEM = validate_study(config)
     check_profile(config, SYSTEM, workflow.resource_settings, os.environ)
 except StudyError as error:
@@ -35,6 +41,22 @@ COMPARE = config["compare"]
 # `--software-deployment-method conda` builds the environment the system's device needs (Gaudi
 # jobs run in their container: envs/gaudi)
 CONDA_ENV = f"../../envs/{'cuda' if SYSTEM.device == 'cuda' else 'cpu'}.yaml"
+
+
+# one writer per results folder, whichever checkout or host runs it (dry runs take none)
+onstart:
+    try:
+        take_results_lock(Path(RESULTS), Path(workflow.basedir))
+    except StudyError as error:
+        raise SystemExit(f"Error: {error}")
+
+
+onsuccess:
+    release_results_lock(Path(RESULTS))
+
+
+onerror:
+    release_results_lock(Path(RESULTS))
 
 
 def captioned(name):

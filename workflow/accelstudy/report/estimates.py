@@ -15,9 +15,9 @@ from accelstudy.config import read_config
 from accelstudy.finetune.planner import plan_sweep
 from accelstudy.forecast import Seen, StudyEstimates, estimate, rows, seen_in, work_of
 from accelstudy.layout import StudyLayout, job_name
-from accelstudy.paths import PROJECT_ROOT, RESOURCES, SYSTEMS
+from accelstudy.paths import PROJECT_ROOT, RESOURCES
 from accelstudy.report.pages import NOTES, Section, write_csv
-from accelstudy.systems import load_system
+from accelstudy.systems import every_system, load_system
 
 SUMMED = ["jobs", "hours", "node_hours", "charge", "energy_kwh"]
 
@@ -36,8 +36,7 @@ def sr3_judged() -> pd.DataFrame:
     the paper timed, beside the published minutes: how far the stated assumptions are off."""
     config = read_config(PROJECT_ROOT / "config" / "paper.yaml")
     published, out = pd.read_csv(RESOURCES / "diffusion_minutes.csv"), []
-    for path in sorted(SYSTEMS.glob("*.yaml"), key=lambda p: (len(p.stem), p.stem)):  # a base first
-        system = load_system(path.stem)
+    for system in every_system():  # a base before its variants
         for _, row in published[published["device"] == system.accelerator].iterrows():
             cell = SimpleNamespace(devices=int(row["devices"]), repeat=0)
             told = estimate(work_of("diffusion", cell, "", config, system), [], system, [])
