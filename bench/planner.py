@@ -2,16 +2,23 @@
 
 A few LoRA steps per point through the launcher the pipeline uses, on whatever device is
 present. On the CPU the planner's fitted constants (resources/planner_constants.csv names the
-runs each was fitted on) came from the tiny Llama and SmolLM2-135M at 128-512 tokens; this
-bench judges it elsewhere: a held-out family (a scaled-down Qwen2 shape, random init: tied
-embeddings, GQA, biases on q/k/v) at 64 tokens on 1 and 2 ranks, every strategy, and at 1024
-tokens on 2 ranks, every strategy and both attentions; the tiny Llama at 1024 tokens on 1 rank.
+runs each was fitted on) came from the tiny Llama and SmolLM2-135M at 128-512 tokens. The first
+held-out grid judged it elsewhere: a scaled-down Qwen2 shape (random init: tied embeddings, GQA,
+biases on q/k/v) at 64 tokens on 1 and 2 ranks, every strategy, and at 1024 tokens on 2 ranks,
+every strategy and both attentions; the tiny Llama at 1024 tokens on 1 rank. A second family
+no constant has seen: a Gemma shape (multi-query attention, head_dim apart from the width,
+GeGLU, a 4k vocabulary) at 256 tokens on 1 and 2 ranks, every strategy, eager attention at 2
+ranks, and at 2048 tokens. On a VM whose kernel pages cold memory out (DAMON reclaim), the same
+point's RSS differs between runs by 15-20% (docs/measurements.md): judge such a machine by
+several runs.
 On a GPU, TinyLlama-1.1B's and Llama-3.1-8B's shapes with random weights on the cards present
 (at most 2). Per point it sets the planner's card memory (plan_card) beside the largest rank's
 measured peak (on the CPU its RSS growth after start-up, as the record's), and its host plan
 (plan_host) beside each rank's peak RSS (VmHWM). Bounds (issue #46): card within [0, +35%] of
 measured, host within [-10%, +50%], every point and rank; one outside fails the bench.
---tiny: the held-out family at 64 tokens, 1 rank, DDP with fused attention (a smoke run).
+--tiny: the held-out family at 64 tokens, 1 rank, DDP with fused attention (a smoke run), held
+only to what one run of a 100 MB rank can judge where RSS moves 15-20% between runs: each
+error within [-50%, +100%] (the planner is in the right range, and the figures are measured).
 """
 
 from __future__ import annotations
@@ -53,7 +60,27 @@ QWEN2_SHAPED = {
     "hidden_act": "silu",
     "torch_dtype": "bfloat16",
 }
-SPECS = {  # prepare-model specs; "qwen2-shaped" is made in the scratch folder (prepared)
+# Gemma's make (tied embeddings, multi-query attention, head_dim 64 apart from the width: the
+# q projection 256 wide over a width of 128, GeGLU, a 4k vocabulary): the second held-out family
+GEMMA_SHAPED = {
+    "model_type": "gemma",
+    "hidden_size": 128,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "vocab_size": 4096,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": True,
+    "hidden_activation": "gelu_pytorch_tanh",
+}
+SHAPED = {
+    "qwen2-shaped": ("Qwen2Config", QWEN2_SHAPED),
+    "gemma-shaped": ("GemmaConfig", GEMMA_SHAPED),
+}
+SPECS = {  # prepare-model specs; the "-shaped" ones are made in the scratch folder (prepared)
     "tiny-llama": {"source": "tiny-random", "tiny": {}},
     "smollm2-135m": {"source": "gguf", "gguf_file": "embedded"},
     "tinyllama-1.1b": {"source": "random", "config": "tinyllama-1.1b"},
@@ -70,8 +97,13 @@ class Grid(NamedTuple):
     attentions: tuple[str, ...] = BOTH
 
 
-GRIDS = {  # per device kind: the held-out points (none is a run a constant was fitted on)
+GRIDS = {  # per device kind: the held-out points, and on the CPU the first grid's (see below)
     "cpu": (
+        # held out from every constant: a second family at two new lengths
+        Grid("gemma-shaped", (256,), (1, 2), attentions=("fused",)),  # each strategy, 1 and 2 ranks
+        Grid("gemma-shaped", (256,), (2,), ("ddp",), ("eager",)),
+        Grid("gemma-shaped", (2048,), (1,), ("ddp",), ("fused",)),
+        # the first held-out family
         Grid("qwen2-shaped", (64,), (1, 2), attentions=("fused",)),  # 1 and 2 ranks, each strategy
         Grid("qwen2-shaped", (64,), (1,), ("ddp",), ("eager",)),
         Grid("qwen2-shaped", (1024,), (2,)),  # long blocks: each strategy, both attentions
@@ -81,6 +113,9 @@ GRIDS = {  # per device kind: the held-out points (none is a run a constant was 
 }
 TINY = Grid("qwen2-shaped", (64,), (1,), ("ddp",), ("fused",))
 SYSTEM = {"cpu": "cpu", "cuda": "gpu-workstation"}
+TINY_BOUNDS = {
+    f"{side}_error_{end}": (-0.5, 1.0) for side in ("card", "host") for end in ("min", "max")
+}
 BOUNDS = {  # predicted / measured - 1 over every point (host: every rank)
     "card_error_min": (0.0, None),
     "card_error_max": (None, 0.35),
@@ -124,15 +159,17 @@ def prepared(name: str, scratch: Path) -> Path:
     model_dir = scratch / name / "model"
     if model_dir.is_dir():  # an earlier grid's
         return model_dir
-    if name != "qwen2-shaped":
+    if name not in SHAPED:
         prepare_model(SPECS[name], model_dir)
         return model_dir
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    import transformers
+    from transformers import AutoModelForCausalLM
 
-    tokenizer = train_tiny_tokenizer(QWEN2_SHAPED["vocab_size"])
-    shape = {k: v for k, v in QWEN2_SHAPED.items() if k not in ("architectures", "model_type")}
+    class_name, made = SHAPED[name]
+    tokenizer = train_tiny_tokenizer(made["vocab_size"])
+    shape = {k: v for k, v in made.items() if k not in ("architectures", "model_type")}
     special = {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
-    config = Qwen2Config(**shape | {"vocab_size": len(tokenizer)} | special)
+    config = getattr(transformers, class_name)(**shape | {"vocab_size": len(tokenizer)} | special)
     torch.manual_seed(0)
     save_prepared(AutoModelForCausalLM.from_config(config), tokenizer, model_dir)
     return model_dir
@@ -178,7 +215,7 @@ def main() -> int:
         f"ratio: planner/measured card {card[0]:.2f}x-{card[1]:.2f}x (bound 1.00-1.35), "
         f"host {host[0]:.2f}x-{host[1]:.2f}x (bound 0.90-1.50) over {len(found)} points on {kind}"
     )
-    return judge(figures, BOUNDS, args.bound)
+    return judge(figures, TINY_BOUNDS if args.tiny else BOUNDS, args.bound)
 
 
 if __name__ == "__main__":
