@@ -102,7 +102,7 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if key in seen:
                 raise ConfigError(f"key '{key}' appears twice (line {key_node.start_mark.line + 1})"
                                   ": keep one")  # fmt: skip
@@ -126,8 +126,8 @@ def _non_finite(value: Any, where: str = "") -> str | None:
     """The first key whose value is a NaN or an infinity, as 'a.b.0', else None."""
     if isinstance(value, float) and not math.isfinite(value):
         return where or "<top level>"
-    items = value.items() if isinstance(value, dict) else []
-    items = enumerate(value) if isinstance(value, list) else items
+    items: list[tuple[Any, Any]] = list(value.items()) if isinstance(value, dict) else []
+    items = list(enumerate(value)) if isinstance(value, list) else items
     for key, item in items:
         if found := _non_finite(item, f"{where}.{key}" if where else str(key)):
             return found
