@@ -323,3 +323,17 @@ def test_a_broken_system_file_no_run_uses_stops_no_report(tmp_path, monkeypatch,
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and said[0].startswith("accelstudy: passed over old-site.yaml:"), said
     assert {"A100", "V100"} <= set(sr3_judged()["device"])
+
+
+@pytest.mark.parametrize("kind", ["folder", "pipe"])
+def test_a_data_file_that_is_a_folder_or_a_pipe_is_named_so(kind, tmp_path):
+    """Not 'does not exist' (it does), and a pipe is never opened (its read would block)."""
+    import os
+
+    path = tmp_path / "b.jsonl"
+    path.mkdir() if kind == "folder" else os.mkfifo(path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(StudyError) as error:
+        validate_study(changed({"tasks.boolq": LOCAL}), base_dir=tmp_path)
+    one_line(error, "'tasks.boolq.files.validation': file 'b.jsonl' is not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -164,7 +164,8 @@ def _check_task(name: str, task: dict[str, Any], base: Path) -> None:
     for split, file in files.items():
         path, key = base / file, f"tasks.{name}.files.{split}"
         require(path.suffix in suffixes, key, f"'{file}' must end in one of {suffixes}")
-        require(path.is_file(), key, f"file '{file}' does not exist")
+        what = "is not a regular file (a folder, a pipe)" if path.exists() else "does not exist"
+        require(path.is_file(), key, f"file '{file}' {what}; give the split's rows in a file")
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
