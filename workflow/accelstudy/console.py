@@ -31,13 +31,13 @@ def print_fit(configfile: Path, system: list[str], every_point: bool) -> None:
     """`accelstudy plan-fit`: per system (default: all), the points held out for memory."""
     import pandas as pd
 
-    from accelstudy.finetune.planner import plan_sweep
+    from accelstudy.finetune.planner import memory_per_card, plan_sweep
     from accelstudy.peak import peak
 
     config = read_config(configfile)
     for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
         machine = load_system(name)
-        if machine.device != "cpu" and machine.memory_per_card_gb is None:  # not host RAM
+        if memory_per_card(machine, 1) is None:  # a card's, never host RAM
             print(f"{name}: card memory unknown: state memory_per_card_gb in its system file")
             continue
         rows = pd.DataFrame(plan_sweep(config, machine))

@@ -151,6 +151,8 @@ def take_results_lock(results: Path, checkout: Path) -> None:
         with os.fdopen(fd, "w") as handle:
             json.dump(me | {"checkout": str(checkout)}, handle)
         return
+    raise LockHeldError(f"{results}: another run took {lock} as this one replaced a stale note; "
+                        "check which runs there, then run again")  # fmt: skip
 
 
 def release_results_lock(results: Path) -> None:
