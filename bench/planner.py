@@ -8,17 +8,16 @@ biases on q/k/v) at 64 tokens on 1 and 2 ranks, every strategy, and at 1024 toke
 every strategy and both attentions; the tiny Llama at 1024 tokens on 1 rank. A second family
 no constant has seen: a Gemma shape (multi-query attention, head_dim apart from the width,
 GeGLU, a 4k vocabulary) at 256 tokens on 1 and 2 ranks, every strategy, eager attention at 2
-ranks, and at 2048 tokens. On a VM whose kernel pages cold memory out (DAMON reclaim), the same
-point's RSS differs between runs by 15-20% (docs/measurements.md): judge such a machine by
-several runs.
+ranks, and at 2048 tokens. Measure with nothing else running: a point's RSS repeats within
+1-2 MB on a quiet machine and grew 15-20% beside a test suite (docs/measurements.md).
 On a GPU, TinyLlama-1.1B's and Llama-3.1-8B's shapes with random weights on the cards present
 (at most 2). Per point it sets the planner's card memory (plan_card) beside the largest rank's
 measured peak (on the CPU its RSS growth after start-up, as the record's), and its host plan
 (plan_host) beside each rank's peak RSS (VmHWM). Bounds (issue #46): card within [0, +35%] of
 measured, host within [-10%, +50%], every point and rank; one outside fails the bench.
 --tiny: the held-out family at 64 tokens, 1 rank, DDP with fused attention (a smoke run), held
-only to what one run of a 100 MB rank can judge where RSS moves 15-20% between runs: each
-error within [-50%, +100%] (the planner is in the right range, and the figures are measured).
+only to what one run of a 100 MB rank can judge beside the suite's other work: each error
+within [-50%, +100%] (the planner is in the right range, and the figures are measured).
 """
 
 from __future__ import annotations

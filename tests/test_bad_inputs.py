@@ -337,3 +337,79 @@ def test_a_data_file_that_is_a_folder_or_a_pipe_is_named_so(kind, tmp_path):
         validate_study(changed({"tasks.boolq": LOCAL}), base_dir=tmp_path)
     one_line(error, "'tasks.boolq.files.validation': file 'b.jsonl' is not a regular file")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+LLAMA = {"model_type": "llama", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}  # fmt: skip
+# (config.json's text, what the line says): a random-weight model's config, read at parse time
+RANDOM_CONFIGS = [
+    ("{", "is not valid JSON (Expecting property name"),
+    ("[1, 2]", "is not a JSON object"),
+    (json.dumps({**LLAMA, "model_type": None}), "names no model_type"),
+    (json.dumps({k: v for k, v in LLAMA.items() if k != "num_hidden_layers"}),
+     "lacks num_hidden_layers or n_layer"),
+    (json.dumps({**LLAMA, "hidden_size": -64}), "hidden_size -64 must be a whole number above 0"),
+    (json.dumps({**LLAMA, "vocab_size": 5.5}), "vocab_size 5.5 must be a whole number"),
+    (json.dumps({**LLAMA, "num_key_value_heads": 3}), "4 heads do not group over 3 key/value heads"),
+    (json.dumps({**LLAMA, "hidden_size": 66}), "hidden_size 66 does not split over 4 heads"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "says"), RANDOM_CONFIGS)
+def test_a_bad_random_weight_config_is_one_line_before_any_job(text, says, tmp_path):
+    """A `source: random` model's config.json, malformed, short of a field or with a size no
+    model has, named at parse time (a job would die in transformers with a traceback)."""
+    (tmp_path / "config.json").write_text(text)
+    before = snapshot(tmp_path)
+    study = changed({"models": {"tiny": {"source": "random", "config": "config.json"}}})
+    with pytest.raises(StudyError) as error:
+        validate_study(study, base_dir=tmp_path)
+    one_line(error, "'models.tiny.config'", says)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_results_folder_no_run_can_use_is_one_line(tmp_path, monkeypatch):
+    """A results_dir that is a file, the root, holds a line break or cannot be written; a study
+    name longer than a file name: each refused by key before any job, nothing written."""
+    (tmp_path / "taken").write_text("a file")
+    before = snapshot(tmp_path)
+    cases = [
+        ({"results_dir": "taken"}, "'results_dir': 'taken' is a file, not a folder"),
+        ({"results_dir": "taken/sub"}, "'results_dir': "),
+        ({"results_dir": "/"}, "'results_dir': is the file system's root"),
+        ({"results_dir": "out\nput"}, "'results_dir': holds control characters ['0x0a']"),
+        ({"study": "s" * 201}, "'study': is 201 bytes, past a file name's 200"),
+    ]
+    for changes, says in cases:
+        with pytest.raises(StudyError) as error:
+            validate_study(changed(changes), base_dir=tmp_path)
+        one_line(error, says)
+    monkeypatch.setattr("os.access", lambda *_: False)  # a read-only folder (root writes anyway)
+    with pytest.raises(StudyError) as error:
+        validate_study(changed({"results_dir": "new/out"}), base_dir=tmp_path)
+    one_line(error, f"'{tmp_path}' is not writable here")
+    assert snapshot(tmp_path) == before
+
+
+def test_a_record_in_another_records_place_is_refused_by_the_report(tmp_path):
+    """A BoolQ record copied over the HellaSwag record's file: the report (and `compare`) name
+    it with the fix instead of showing BoolQ twice; a record in its own place is read."""
+    from accelstudy.records import write_record
+    from accelstudy.report.collect import collect_records
+    from accelstudy.report.compare import find_records
+
+    run = tmp_path / "results" / "t"
+    place = run / "cpu" / "baseline" / "m" / "hellaswag" / "paper.json"
+    write_record(place, _record("cpu", "hellaswag", 80, 0.3))
+    assert len(collect_records([place])) == 1
+    write_record(place, _record("cpu", "boolq", 100, 0.6))
+    with pytest.raises(StudyError) as error:
+        collect_records([place])
+    one_line(error, f"'{place}' holds a record of task 'boolq', not 'hellaswag'", "move it back")
+    with pytest.raises(StudyError) as error:
+        find_records(run)
+    one_line(error, "task 'boolq', not 'hellaswag'")
+    write_record(place, _record("b", "hellaswag", 80, 0.3))  # system b's, in the cpu folder
+    with pytest.raises(StudyError) as error:
+        collect_records([place])
+    one_line(error, "system 'b', not 'cpu'")

@@ -17,6 +17,7 @@ from accelstudy.points import FinetunePoint, Lora
 from accelstudy.study import validate_study
 from accelstudy.systems import load_system
 
+from tests.conftest import TINY_CONFIG
 from tests.test_finetune_train import make_point, run_worker
 
 STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
@@ -394,3 +395,42 @@ def test_random_weights_built_on_the_card_are_not_on_the_host():
     read = plan_host(config, point, "cuda", 2).per_rank
     assert all(r - b == weights for r, b in zip(read, built, strict=True)) and weights > 16e9
     assert max(built) < 7.5e9
+
+
+class Launched(Exception):
+    """The launch a test stops at: the point was not held out."""
+
+
+def test_a_point_past_the_hosts_ram_warns_and_far_past_it_is_held_out(
+    tiny_dir, tmp_path, monkeypatch, capsys
+):
+    """skip_predicted_oom false: a host plan over the node's RAM still runs, its log warned;
+    past HOST_REFUSED_PAST times the node's, it is held out all the same (the OOM killer would
+    stop it, and perhaps the node's other jobs); check-config warns of both."""
+    from accelstudy.console import warn_host_overflow
+    from accelstudy.finetune import job
+
+    def launch_stops(*args, **kwargs):
+        raise Launched
+
+    monkeypatch.setattr(launch.PointJob, "launch", launch_stops)
+    monkeypatch.setattr(planner, "host_memory", lambda *args: 1e-6)
+    with monkeypatch.context() as patch:
+        patch.setattr(job, "HOST_REFUSED_PAST", 1e12)
+        with pytest.raises(Launched):
+            stage_point(tiny_dir, tmp_path, skip_predicted_oom=False)
+    assert "host RAM against the node's 0.0 GB; it runs" in capsys.readouterr().out
+    metrics = stage_point(tiny_dir, tmp_path, skip_predicted_oom=False)
+    assert metrics["status"] == "predicted-does-not-fit"
+    assert (
+        metrics["held_out_for"].startswith("host: planned")
+        and "past 1.5x" in metrics["held_out_for"]
+    )
+    monkeypatch.undo()
+    study = json.loads(json.dumps(TINY_CONFIG))
+    study["finetune"] |= {"skip_predicted_oom": False, "models": ["big"], "repeats": 1}
+    study["models"]["big"] = {"source": "random", "config": "llama-3.3-70b-instruct"}
+    validate_study(study)  # (defaults filled in)
+    warn_host_overflow(study)
+    said = capsys.readouterr().out
+    assert "warning: big ddp eager on 1 cards plans" in said and "holds it out all the same" in said

@@ -160,3 +160,37 @@ def test_one_writer_per_results_folder_from_any_checkout(tmp_path):
     ran = snakemake(tmp_path, "--cores", "1", "--until", "prepare_data")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert not note.exists() and (tmp_path / "results" / "tiny" / "data").is_dir()
+
+
+RACE = """
+import sys, time
+from pathlib import Path
+from accelstudy.locks import LockHeldError, take_results_lock
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+try:
+    take_results_lock(Path(sys.argv[1]), Path("."))
+    print("took")
+except LockHeldError:
+    print("refused")
+time.sleep(1.5)  # held while the others try
+"""
+
+
+def test_runs_that_find_a_dead_runs_note_at_once_let_one_through(tmp_path):
+    """Six runs start on one results folder holding a dead run's note: one takes it, five are
+    refused (without the guard, each removed the others' fresh note and several ran)."""
+    import time
+
+    for round_ in range(3):
+        results = tmp_path / f"r{round_}"
+        results.mkdir()
+        (results / ".accelstudy-run.json").write_text(
+            json.dumps({"host": platform.node(), "pid": 2**22 + 1, "checkout": "gone"})
+        )
+        start = str(time.time() + 2.0)
+        runs = [subprocess.Popen([sys.executable, "-c", RACE, str(results), start],
+                                 stdout=subprocess.PIPE, text=True) for _ in range(6)]  # fmt: skip
+        said = sorted(run.communicate(timeout=60)[0].strip() for run in runs)
+        assert said == ["refused"] * 5 + ["took"], said

@@ -650,7 +650,8 @@ def _write_sr3(folder: Path) -> list[Path]:
     paths = []
     for devices, runtimes in DIFFUSION.items():
         for repeat, runtime in enumerate(runtimes):
-            paths.append(folder / "diffusion" / f"devices-{devices}" / f"repeat-{repeat}.json")
+            place = folder / "t" / "cpu" / "diffusion" / f"devices-{devices}"  # as the layout's
+            paths.append(place / f"repeat-{repeat}.json")
             write_record(paths[-1], _sr3(devices, repeat, runtime))
             samples = paths[-1].with_name(f"repeat-{repeat}.samples.npz")
             if runtime:
@@ -796,3 +797,15 @@ def test_time_tables_join_benchmarks_and_timelines(tmp_path):
         pd.isna(by_rule.loc["cluster", "startup_s"])
         and by_rule.loc["cluster", "startup_share"] == "-"
     )
+
+
+def test_record_text_is_text_in_figures_and_both_pages(tmp_path):
+    """A record's names reach figure labels and both pages: a "$" that mathtext cannot parse
+    draws as text, and HTML or a "|" stays text in report.md (index.html escapes it too)."""
+    odd = "m$x^$<script>alert(1)</script>|"
+    paths = _write([{**_record("boolq", "paper", "accuracy", 0.6), "model": odd}], tmp_path)
+    index = build_report("t", paths, tmp_path / "results")
+    markdown = (index.parent / "report.md").read_text()
+    assert "<script>" not in markdown and "&lt;script&gt;" in markdown
+    assert "<script>" not in index.read_text()
+    assert (index.parent / "figures" / "tradeoff.png").stat().st_size > 0

@@ -503,3 +503,21 @@ def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):
     assert json.loads(trained.read_text())["parameters"]["data"]["file"] == (
         "data/instructions/train.jsonl"
     )
+
+
+def test_a_copied_results_folder_reruns_what_a_changed_setting_touches(study, tmp_path):
+    """`cp -a` a study's results, run the study there with a setting changed: Snakemake has no
+    metadata for the copy's paths, yet the records made under the old setting run again (and
+    only they); so does a record copied over another's file. Unchanged, nothing runs."""
+    shutil.copytree(study / "results", tmp_path / "results", symlinks=True)
+    assert "Nothing to be done" in snakemake(tmp_path, "-n").stdout
+    config = json.loads(json.dumps(TINY_CONFIG))
+    config["finetune"]["learning_rate"] = 0.001
+    result = snakemake(tmp_path, "-n", config=config)
+    assert planned_jobs(result) == {"finetune": 3, "report": 1, "all": 1}, result.stderr[-2000:]
+    assert "made under other settings than this study's now" in result.stderr
+    base = tmp_path / "results/tiny/cpu/baseline/tiny"
+    shutil.copy(base / "boolq/paper.json", base / "hellaswag/paper.json")
+    result = snakemake(tmp_path, "-n")
+    assert planned_jobs(result) == {"baseline": 1, "report": 1, "all": 1}, result.stderr[-2000:]
+    assert "holds a record of task 'boolq', not 'hellaswag'" in result.stderr

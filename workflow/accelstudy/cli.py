@@ -45,7 +45,12 @@ def _positive(kind: type) -> Callable[[str], Any]:
 def _check_config(configfile: Path) -> None:
     from accelstudy.study import load_study
 
-    print(f"{configfile}: ok (study '{load_study(configfile)['study']}')")
+    config = load_study(configfile)
+    print(f"{configfile}: ok (study '{config['study']}')")
+    if config["finetune"]["enabled"] and not config["finetune"]["skip_predicted_oom"]:
+        from accelstudy.console import warn_host_overflow
+
+        warn_host_overflow(config)
 
 
 def _where_report(configfile: Path) -> None:
@@ -94,6 +99,8 @@ SHARED: dict[str, dict[str, Any]] = {
     "seed": argument("seed"),
     "threads": {"type": _positive(int), "default": 1, "help": "cores of this job"},
     "device": {"default": "auto", "choices": DEVICES},
+    "params-digest": {"help": "its rule's params digest, written into the record (the check of "
+                              "a record against its study)"},
 }  # fmt: skip
 Option = str | tuple[str, dict[str, Any] | str]
 # subcommand -> (help, what runs it: a function here or an accelstudy "module:function" taking the
@@ -113,7 +120,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         ["study", "system", "model-name", "task", "data-source",
          ("protocol", {"required": True, "choices": ["paper", "lm-eval"]}), "model-dir", "data",
          ("settings", {"help": "the evaluation config block"}), "limit", "device", "out",
-         ("items", {"help": "per-item results (Parquet)"})]),
+         ("items", {"help": "per-item results (Parquet)"}), "params-digest"]),
     "report": ("collect records into tables, figures and the report", _report,
         ["study", ("system", {"help": "whose records the sections show", "required": False}),
          ("records", {"type": Path, "nargs": "+", "required": True}),
@@ -139,14 +146,15 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("symmetric", "ptq.symmetric"),
          ("calibration", {"type": Path, "help": "calibration split (FP8 MEASURE pass)"}),
          ("fp8-format", "ptq.fp8_format"), ("fp8-without-hpu", "ptq.fp8_without_hpu"),
-         ("device", {"choices": None}), "out", ("items", {"help": "per-item results (Parquet)"})]),
+         ("device", {"choices": None}), "out", ("items", {"help": "per-item results (Parquet)"}),
+         "params-digest"]),
     "prepare-instructions": ("instruction data for fine-tuning, cached",
         "data.instructions:prepare_instructions",
         [("spec", {"help": "the finetune.data config entry"}), "out"]),
     "finetune": ("plan, launch and record one fine-tuning point", "finetune.job:run",
         ["study", "system", "model-name", "data-source", "model-dir",
          ("point", {"type": FinetunePoint.from_json, "help": "the point (finetune keys)"}),
-         "threads", "device", "out"]),
+         "threads", "device", "out", "params-digest"]),
     "probe": ("measure this CPU's GEMM FLOP/s per dtype (its peak, cached); run it alone", _probe,
         [("threads", {"type": _positive(int), "nargs": "*", "default": [],
                       "help": "thread counts (default: 1 and every core)"})]),
@@ -184,7 +192,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "diffusion": ("launch and record one SR3 strong-scaling point", "diffusion.job:run",
         ["study", "system",
          ("point", {"type": DiffusionPoint.from_json, "help": "the point (diffusion keys)"}),
-         "data", "card", "out", "samples", "threads", "device"]),
+         "data", "card", "out", "samples", "threads", "device", "params-digest"]),
     "compare": ("one report across systems from several runs' results", "report.compare:compare",
         [("runs", {"positional": True, "type": Path, "nargs": "+",
                    "help": "results/<study> folders, one per run"}),

@@ -5,13 +5,14 @@ import contextlib
 import fnmatch
 import hashlib
 import json
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
-from accelstudy.errors import require, schema_error
+from accelstudy.errors import key_error, require, schema_error
 from accelstudy.files import read_yaml
 from accelstudy.options import schema
 from accelstudy.paths import PROJECT_ROOT, RESOURCES
@@ -56,6 +57,9 @@ def _coerce(value: Any, node: dict[str, Any], defs: dict[str, Any]) -> Any:
     return value
 
 
+NAME_MAX = 200  # a study's name is a folder (and a prefix of logs' names): under Linux's 255 bytes
+
+
 def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
     """Validate `config` in place, filling defaults, or raise ConfigError (then: validate_study)."""
     schema_ = schema()
@@ -64,6 +68,8 @@ def validate_config(config: dict[str, Any], base_dir: Path | None = None) -> dic
     if errors := list(validator.iter_errors(config)):
         raise schema_error(errors)
     base = base_dir or Path.cwd()
+    long = f"is {len(config['study'].encode())} bytes, past a file name's {NAME_MAX}; shorten it"
+    require(len(config["study"].encode()) <= NAME_MAX, "study", long)
     _check_results_dir(config["results_dir"], base)
     for name, model in config["models"].items():
         _check_model(name, model, base)
@@ -104,6 +110,17 @@ def _check_results_dir(results_dir: str, base: Path) -> None:
     """Results inside the source tree would mix outputs with tracked files: the repository root
     and its folders git does not ignore are refused (results/, the default, is ignored)."""
     root, results = PROJECT_ROOT, (base / results_dir).resolve()
+    odd = [f"{ord(c):#04x}" for c in results_dir if ord(c) < 32 or ord(c) == 127]
+    require(not odd, "results_dir", f"holds control characters {odd}; name a plain folder")
+    require(
+        results != Path(results.anchor), "results_dir", "is the file system's root; name a folder"
+    )
+    exists = f"'{results_dir}' is a file, not a folder; name a folder (or move the file)"
+    require(results.is_dir() or not results.exists(), "results_dir", exists)
+    nearest = next(p for p in (results, *results.parents) if p.exists())
+    require(nearest.is_dir(), "results_dir", f"'{nearest}' is a file, not a folder; name a folder")
+    problem = f"'{results_dir}': '{nearest}' is not writable here; name a folder you can write"
+    require(os.access(nearest, os.W_OK | os.X_OK), "results_dir", problem)
     if not (root / "Snakefile").is_file():  # an installed package: no source tree here
         return
     ignore = root / ".gitignore"
@@ -138,9 +155,10 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
     if source == "random":
         given, shipped = model["config"], sorted(p.name for p in (RESOURCES / "models").iterdir())
         problem = f"'{given}' is neither a shipped model ({shipped}) nor a config.json or a "
-        require(
-            random_config(given, base) is not None, f"{key}.config", problem + "folder with one"
-        )
+        found = random_config(given, base)
+        if found is None:
+            raise key_error(f"{key}.config", problem + "folder with one")
+        _check_random_config(found, f"{key}.config")
     if source == "tiny-random":
         tiny = model["tiny"]
         for size, by in [("hidden", "heads"), ("heads", "kv_heads")]:
@@ -148,6 +166,54 @@ def _check_model(name: str, model: dict[str, Any], base: Path) -> None:
         per_head = tiny["hidden"] // tiny["heads"]
         rope = f"{per_head} per head (hidden / heads), but RoPE needs an even number"
         require(not per_head % 2, f"{key}.tiny.hidden", rope)
+
+
+# a random-weight model's sizes, under the names transformers' configs give them (any present
+# must be a positive integer; one of each required group must be present)
+SIZES = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "head_dim",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "d_model",
+)
+REQUIRED_SIZES = (("vocab_size",), ("hidden_size", "n_embd", "d_model"),
+                  ("num_hidden_layers", "n_layer"), ("num_attention_heads", "n_head"))  # fmt: skip
+
+
+def _check_random_config(path: Path, key: str) -> None:
+    """A random-weight model's config.json, read as each job would build from it: JSON, a
+    model_type, its sizes present, positive and consistent (heads divide the width)."""
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise key_error(key, f"'{path}' is not valid JSON ({error}); fix the file") from None
+    require(isinstance(config, dict), key, f"'{path}' is not a JSON object of config fields")
+    require(isinstance(config.get("model_type"), str), key, f"'{path}' names no model_type")
+    for field in (f for f in SIZES if f in config):
+        value, why = config[field], f"'{path}': {field} {config[field]!r} must be a whole number"
+        require(isinstance(value, int) and not isinstance(value, bool) and value > 0, key,
+                f"{why} above 0")  # fmt: skip
+    for group in REQUIRED_SIZES:
+        require(any(f in config for f in group), key, f"'{path}' lacks {' or '.join(group)}")
+    heads, kv = config.get("num_attention_heads"), config.get("num_key_value_heads")
+    if heads and kv:
+        require(
+            not heads % kv, key, f"'{path}': {heads} heads do not group over {kv} key/value heads"
+        )
+    if heads and "hidden_size" in config and "head_dim" not in config:
+        width = config["hidden_size"]
+        require(
+            not width % heads,
+            key,
+            f"'{path}': hidden_size {width} does not split over {heads} heads",
+        )
 
 
 def _check_task(name: str, task: dict[str, Any], base: Path) -> None:

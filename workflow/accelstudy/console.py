@@ -3,10 +3,12 @@ the tables the report and the planner compute), and the dry run `plan-time -n` a
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from accelstudy.config import read_config
+from accelstudy.errors import StudyError
 from accelstudy.forecast import MARGIN
 from accelstudy.paths import SYSTEMS
 from accelstudy.strategies import REPLICATED, labels
@@ -52,6 +54,26 @@ def print_fit(configfile: Path, system: list[str], every_point: bool) -> None:
             print(f"  peak per card in {dtype}: {rate}{limit['source']}")
         if "host_offer_gb" in rows and rows["host_offer_gb"].isna().all():
             print(f"  host RAM unplanned: config/systems/{name}.yaml states no host_memory_gb")
+
+
+def warn_host_overflow(config: Mapping[str, Any]) -> None:
+    """check-config with skip_predicted_oom false: the points whose host plan exceeds the
+    node's RAM run anyway (warned), past HOST_REFUSED_PAST times it are held out at the job."""
+    from accelstudy.finetune.planner import HOST_REFUSED_PAST, plan_sweep
+
+    try:
+        rows = plan_sweep(config, load_system(config["system"]))
+    except (OSError, StudyError) as error:  # a model to prepare first (a GGUF's)
+        print(f"host RAM not planned ({error}): run plan-fit once the models are prepared")
+        return
+    for row in (r for r in rows if "host" in r["held_out_for"]):
+        planned, offered = row["host_gb"], row["host_offer_gb"]
+        what = f"{row['model']} {row['strategy']} {row['attention']} on {row['cards']} cards"
+        verdict = "it runs (skip_predicted_oom: false) and may be killed"
+        if planned > HOST_REFUSED_PAST * offered:
+            verdict = f"past {HOST_REFUSED_PAST}x the node's, its job holds it out all the same"
+        print(f"warning: {what} plans {planned:.1f} GB of host RAM against {offered:.1f} GB: "
+              f"{verdict}")  # fmt: skip
 
 
 def dry_run_outputs(configfile: Path, system: str) -> set[str]:

@@ -2,6 +2,7 @@
 benchmarks from these templates, and the forecast, `plan-time` and the report list a study's
 jobs (`StudyLayout.jobs`) and read a path's wildcards back from the same templates."""
 
+import contextlib
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -60,6 +61,43 @@ def results_of(rule: str, path: str | Path) -> Path:
     wildcards_of(rule, path)
     depth = OUTPUTS[rule].count("/") + OUTPUTS[rule].startswith("{measured}")
     return Path(path).parents[depth - 1]
+
+
+class Wildcards(dict[str, str]):
+    """A job's wildcards as Snakemake hands them to params functions: by name or attribute."""
+
+    def __getattr__(self, name: str) -> str:
+        try:
+            return self[name]
+        except KeyError as missing:
+            raise AttributeError(name) from missing
+
+
+def misplaced(path: str | Path, record: Mapping[str, Any]) -> str | None:
+    """What a record says that its place does not (its study, system, model, task, protocol,
+    bit list, recipe or point): a record copied over another's file; None where all agree."""
+    places = {}
+    for rule in MEASURING:
+        with contextlib.suppress(ValueError):
+            places[rule] = wildcards_of(rule, path)
+    if not places:  # no place the layout names: nothing to hold it to
+        return None
+    stage = record.get("stage")
+    if (rule := STAGE_RULE.get(str(stage), str(stage))) not in places:
+        return f"'{path}' is a {next(iter(places))} record's place but holds a {stage} record"
+    place = places[rule]
+    parameters = record.get("parameters") or {}
+    said = {key: record.get(key) for key in ("model", "task", "protocol")}
+    said |= {key: parameters.get(key) for key in ("strategy", "attention", "cards", "repeat")}
+    said |= {key: parameters.get(key) for key in ("devices", "recipe")}
+    said["bits"] = points.bits_path(parameters["bits"]) if parameters.get("bits") else None
+    system = Path(path).parents[OUTPUTS[rule].count("/") - 1]
+    if (SYSTEMS / f"{system.name}.yaml").is_file():  # results/<study>/<system>/ (else older)
+        place |= {"system": system.name, "study": system.parent.name}
+        said |= {"system": record.get("system"), "study": record.get("study")}
+    differ = [f"{key} {said[key]!r}, not {value!r}" for key, value in place.items()
+              if said.get(key) is not None and str(said[key]) != value]  # fmt: skip
+    return f"'{path}' holds a record of {'; '.join(differ)}" if differ else None
 
 
 class PlannedJob(NamedTuple):

@@ -5,6 +5,7 @@ this host is removed, any other (another host's, a run started by hand) stays, i
 A dry run takes no lock (Snakemake's neither), so it is never refused for one."""
 
 import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -132,6 +134,15 @@ def take_results_lock(results: Path, checkout: Path) -> None:
     by a dry run."""
     lock, me = Path(results) / RUN_LOCK, {"host": platform.node(), "pid": os.getpid()}
     lock.parent.mkdir(parents=True, exist_ok=True)
+    # one run at a time reads, replaces and writes the note: two runs that both found a dead
+    # run's note would each remove the other's new one, and a note read while it is being
+    # written looks cut short
+    with (lock.parent / f"{RUN_LOCK}.guard").open("a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        _take(lock, me, results, checkout)
+
+
+def _take(lock: Path, me: dict[str, Any], results: Path, checkout: Path) -> None:
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)

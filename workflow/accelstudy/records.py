@@ -176,6 +176,7 @@ class Job:
     system: System
     out: Path
     device_kind: str = "auto"
+    params_digest: str | None = None  # its rule's (targets.measuring_params): written in the record
     started: float = field(init=False, repr=False, default_factory=time.perf_counter)
     meter: Any = field(init=False, repr=False, default=None)  # an in-process job's EnergyMeter
     energy: dict[str, Any] | None = field(init=False, default=None)  # else its ranks' (combined)
@@ -236,6 +237,7 @@ class Job:
         record |= {"system": self.system.name, "device": self.device.kind}
         record |= {k: getattr(measured, k) for k in ("model", "task", "method", "data_source")}
         record |= {"protocol": measured.protocol} if measured.protocol is not None else {}
+        record |= {"params_digest": self.params_digest} if self.params_digest else {}
         record |= {k: getattr(measured, k) for k in ("inputs", "parameters", "metrics")}
         wall_s, system, metrics = time.perf_counter() - self.started, self.system, measured.metrics
         unit = "image" if measured.stage == "diffusion" else "token"

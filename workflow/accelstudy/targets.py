@@ -3,6 +3,7 @@ rules make per job, wildcard constraints from the schema; parsing the workflow i
 
 import functools
 import json
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -10,8 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy import points
+from accelstudy.config import config_hash
+from accelstudy.files import read_json
 from accelstudy.forecast import StudyEstimates
-from accelstudy.layout import MEASURING, StudyLayout, beside, record_files, system_folders
+from accelstudy.layout import (
+    MEASURING,
+    StudyLayout,
+    Wildcards,
+    beside,
+    misplaced,
+    record_files,
+    system_folders,
+)
 from accelstudy.options import node
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
@@ -141,6 +152,83 @@ class StudyTargets(StudyLayout):
     def diffusion_point_json(self, w: Any) -> str:
         return points.diffusion_point(self.config, w).to_json()
 
+    # a measuring rule's params, and the digest its job writes into its record ------------------
+    def measuring_params(self, rule: str) -> dict[str, Any]:
+        """The params `rule` passes its job (values, or functions of the job's wildcards), with
+        `digest`: a hash of them and of what the job's inputs were made under, which the job
+        writes into its record, so a record is checked against the study (`misfits`)."""
+        return self._passed(rule) | {"digest": lambda w: self.params_digest(rule, w)}
+
+    def _passed(self, rule: str) -> dict[str, Any]:
+        named: dict[str, Any] = {"study": self.config["study"], "system": self.system.name}
+        task = {"limit": self.task_value("limit"), "source": self.task_value("source")}
+        if rule == "baseline":
+            return named | task | {"settings": self.eval_settings}
+        if rule == "quantize":
+            group, symmetric = self.ptq["group_size"], str(self.ptq["symmetric"]).lower()
+            fp8 = {"fp8": self.fp8_flags, "group_size": group, "symmetric": symmetric}
+            return named | task | {"settings": self.paper_settings} | fp8
+        if rule == "finetune":
+            source = self.config["finetune"]["data"]["source"]
+            return named | {"point": self.finetune_point_json, "source": source}
+        return named | {"point": self.diffusion_point_json}
+
+    def _made_under(self, rule: str) -> dict[str, Any]:
+        """What a measuring job's inputs were made under (their rules' params)."""
+        if rule == "diffusion":
+            return {"data": self.config["diffusion"]["data"], "seed": self.config["seed"]}
+        model = {"model": self.model_spec, "model_seed": self.model_seed}
+        if rule == "finetune":
+            return model | {"data": self.config["finetune"]["data"]}
+        if rule == "baseline":
+            return model | {"data": self.data_spec}
+        scan = {key: self.ptq[key] for key in ("family", "sparsity", "chunks", "clustering")}
+        scan |= {"scan": self.scan_settings, "calibration": self.calibration_limit}
+        return model | {"data": self.data_spec, "remainder": self.ptq_remainder} | scan
+
+    # A stamp per measuring job, its input: dated now where the job's record is a misfit, so
+    # Snakemake's mtime check re-runs it (where it holds no metadata for the record, as in a
+    # copied results folder, its params check cannot), and dated 1970 otherwise. Under the
+    # working directory's .snakemake/, remade from the records at every parse.
+    def settings_stamp(self, rule: str) -> Callable[[Any], str]:
+        return lambda w: _stamp(self.path(rule, **dict(w.items())))
+
+    def stamp_misfits(self) -> dict[str, str]:
+        """Date each measuring job's stamp (see settings_stamp); return the misfits."""
+        misfits = self.misfits()
+        for job in (j for j in self.jobs() if j.rule in MEASURING):
+            stamp = Path(_stamp(job.path))
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.touch()
+            if job.path not in misfits:
+                os.utime(stamp, (0, 0))
+        return misfits
+
+    def params_digest(self, rule: str, w: Any) -> str:
+        values = self._passed(rule) | self._made_under(rule)
+        return config_hash({k: v(w) if callable(v) else v for k, v in values.items()})
+
+    def misfits(self) -> dict[str, str]:
+        """This system's records (path -> why) that are not what their place says
+        (layout.misplaced) or were made under other settings than the study's now: a results
+        folder copied and a setting changed leaves Snakemake no metadata for the copy's paths,
+        so it would keep them. A record from before digests is not held to the settings."""
+        found = {}
+        for job in self.jobs():
+            path = Path(job.path)
+            if job.rule not in MEASURING or not path.is_file():
+                continue
+            if (record := _readable(path)) is None:  # a corrupt record: the report names it
+                continue
+            w = Wildcards({key: str(value) for key, value in job.wildcards.items()})
+            said, now = record.get("params_digest"), self.params_digest(job.rule, w)
+            if why := misplaced(path, record):
+                found[job.path] = why
+            elif said is not None and said != now:
+                found[job.path] = f"'{path}' was made under other settings than this study's "
+                found[job.path] += f"now (params digest {said}, now {now})"
+        return found
+
     # scheduler resources of a point (a fine-tuning point's cards, a diffusion point's devices)
     @staticmethod
     def _cards(w: Any) -> int:
@@ -193,3 +281,19 @@ class StudyTargets(StudyLayout):
     def resources(minutes: int, mem_mb: int = 8000) -> dict[str, Any]:
         """A preparing job's memory, and a runtime that grows with each retry (`attempt`)."""
         return {"mem_mb": mem_mb, "runtime": lambda wildcards, attempt: minutes * attempt}
+
+
+STAMPS = ".snakemake/accelstudy/settings"
+
+
+def _stamp(record: str) -> str:
+    return f"{STAMPS}/{record.lstrip('/')}.stamp"
+
+
+def _readable(path: Path) -> dict[str, Any] | None:
+    """A record's JSON, or None where it is not one (the report names a corrupt record)."""
+    try:
+        record = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

@@ -1,6 +1,7 @@
 # The study, checked before any job runs, and the lookups the rules make (accelstudy.targets).
 import json
 import os
+import sys
 from pathlib import Path
 
 from accelstudy.errors import StudyError
@@ -38,6 +39,13 @@ STUDY = StudyTargets(config, SYSTEM)
 RESULTS = STUDY.results
 PTQ = config["ptq"]
 COMPARE = config["compare"]
+# a record not what its place says, or made under other settings than the study's now (a
+# results folder copied and a setting changed: Snakemake has no metadata for the copy's paths)
+# runs again: its job's settings stamp is dated now (the job in a SLURM or remote job's own
+# Snakemake reads the stamps as they are)
+if workflow.is_main_process and (misfits := STUDY.stamp_misfits()):
+    more = f" ({len(misfits) - 1} more alike)" if len(misfits) > 1 else ""
+    print(f"Runs again: {next(iter(misfits.values()))}{more}", file=sys.stderr)
 # `--software-deployment-method conda` builds the environment the system's device needs (Gaudi
 # jobs run in their container: envs/gaudi)
 CONDA_ENV = f"../../envs/{'cuda' if SYSTEM.device == 'cuda' else 'cpu'}.yaml"

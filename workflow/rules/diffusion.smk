@@ -25,6 +25,7 @@ rule diffusion:
     input:
         pairs=STUDY.output("prepare_dust"),
         card=STUDY.output("prepare_dust.card"),
+        settings=STUDY.settings_stamp("diffusion"),
     output:
         record=STUDY.output("diffusion"),
         samples=STUDY.beside("diffusion", "samples"),
@@ -38,11 +39,9 @@ rule diffusion:
     resources:
         **STUDY.point_resources("diffusion"),
     params:
-        study=config["study"],
-        system=config["system"],
-        point=STUDY.diffusion_point_json,
+        **STUDY.measuring_params("diffusion"),
     shell:
         "accelstudy diffusion --study {params.study:q} --system {params.system:q} "
         "--point {params.point:q} --data {input.pairs:q} --card {input.card:q} "
         "--threads {threads} --out {output.record:q} --samples {output.samples:q} "
-        "> {log:q} 2>&1"
+        "--params-digest {params.digest:q} > {log:q} 2>&1"

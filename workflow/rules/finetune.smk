@@ -23,6 +23,7 @@ rule finetune:
     input:
         model=STUDY.output("prepare_model"),
         data=STUDY.output("prepare_instructions"),
+        settings=STUDY.settings_stamp("finetune"),
     output:
         STUDY.output("finetune"),
     log:
@@ -35,12 +36,9 @@ rule finetune:
     resources:
         **STUDY.point_resources("finetune"),
     params:
-        study=config["study"],
-        system=config["system"],
-        point=STUDY.finetune_point_json,
-        source=config["finetune"]["data"]["source"],
+        **STUDY.measuring_params("finetune"),
     shell:
         "accelstudy finetune --study {params.study:q} --system {params.system:q} "
         "--model-name {wildcards.model:q} --model-dir {input.model:q} "
         "--point {params.point:q} --data-source {params.source:q} --threads {threads} "
-        "--out {output:q} > {log:q} 2>&1"
+        "--out {output:q} --params-digest {params.digest:q} > {log:q} 2>&1"

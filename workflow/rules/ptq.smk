@@ -76,6 +76,7 @@ rule quantize:
         data=STUDY.eval_split_file,
         assignment=STUDY.output("cluster"),
         calibration=STUDY.calibration_file,
+        settings=STUDY.settings_stamp("quantize"),
     output:
         record=STUDY.output("quantize"),
         per_item=STUDY.beside("quantize", "items"),
@@ -88,14 +89,7 @@ rule quantize:
     resources:
         **STUDY.measuring_resources("quantize"),
     params:
-        study=config["study"],
-        system=config["system"],
-        settings=STUDY.paper_settings,
-        limit=STUDY.task_value("limit"),
-        source=STUDY.task_value("source"),
-        group_size=PTQ["group_size"],
-        symmetric=str(PTQ["symmetric"]).lower(),
-        fp8=STUDY.fp8_flags,
+        **STUDY.measuring_params("quantize"),
     shell:
         "OMP_NUM_THREADS={threads} accelstudy quantize --study {params.study:q} "
         "--system {params.system:q} --model-name {wildcards.model:q} --task {wildcards.task:q} "
@@ -104,4 +98,4 @@ rule quantize:
         "--limit {params.limit:q} --assignment {input.assignment:q} "
         "--group-size {params.group_size:q} --symmetric {params.symmetric:q} "
         "--calibration {input.calibration:q} {params.fp8} --out {output.record:q} "
-        "--items {output.per_item:q} > {log:q} 2>&1"
+        "--items {output.per_item:q} --params-digest {params.digest:q} > {log:q} 2>&1"

@@ -10,7 +10,7 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from accelstudy.data.sources import describe_source, read_source
-from accelstudy.finetune.planner import fit_check, meta_model
+from accelstudy.finetune.planner import HOST_REFUSED_PAST, fit_check, host_overflow, meta_model
 from accelstudy.flops import training_per_token
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.layout import results_of
@@ -58,7 +58,13 @@ def run(
         metrics.update(status="unsupported", error=reason)
     elif point.skip_predicted_oom and over:
         metrics.update(status="predicted-does-not-fit", held_out_for=over)
+    elif (host := host_overflow(metrics)) and host[0] > HOST_REFUSED_PAST * host[1]:
+        past = f"host: planned {host[0]:.1f} GB, past {HOST_REFUSED_PAST}x the node's {host[1]:.1f}"
+        metrics.update(status="predicted-does-not-fit", held_out_for=past)
     else:
+        if host:  # skip_predicted_oom false: it runs, and its log says what may stop it
+            warning = f"warning: this point plans {host[0]:.1f} GB of host RAM against the "
+            print(f"{warning}node's {host[1]:.1f} GB; it runs (skip_predicted_oom: false)")
         args = ["--point", point.to_json(), "--model-dir", str(model_dir)]
         metrics |= job.launch(point.cards, WORKER, args, point.strategy, **point.hpu_env())
     rank = point.lora.rank if point.method == "lora" else 0

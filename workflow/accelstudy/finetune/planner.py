@@ -12,6 +12,7 @@ import psutil
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
+from accelstudy.config import random_config
 from accelstudy.errors import ConfigError
 from accelstudy.forecast import DTYPE_BYTES
 from accelstudy.layout import StudyLayout
@@ -42,6 +43,10 @@ CONSTANTS = _constants()
 FRAMEWORK_OVERHEAD, CPU_ENGINE = CONSTANTS["framework_overhead"], CONSTANTS["cpu_engine"]
 CPU_HEAP_KEPT, HOST_PROCESS = CONSTANTS["cpu_heap_kept"], CONSTANTS["host_process"]
 PROCESS_GROUP, EAGER_SCORES = CONSTANTS["process_group"], CONSTANTS["eager_scores"]
+# with skip_predicted_oom false a point runs past its host plan, warned; past this many times
+# the node's RAM it is held out all the same: the kernel's OOM killer would stop it, and may
+# take the node's other jobs with it (docs/parts.md, config/README.md)
+HOST_REFUSED_PAST = 1.5
 ZERO3_PERSISTENCE = 100_000  # DeepSpeed's default stage3_param_persistence_threshold
 ZERO3_REUSE = 1_000_000_000  # DeepSpeed's default stage3_max_reuse_distance, in elements
 CHECKPOINT_SHARD = 5e9  # what a zero.Init rank reads at once: save_pretrained's default shard
@@ -259,8 +264,12 @@ def plan_point(
 
 
 def model_source(config: Mapping[str, Any], model: str) -> Path:
-    """resources/models/<name> (the paper's models, planned offline), else the prepared model."""
+    """resources/models/<name> (the paper's models, planned offline), a `source: random` model's
+    config (as its jobs read it), else the prepared model."""
     prepared = Path(StudyLayout(config, config["system"]).path("prepare_model", model=model))
+    spec = config["models"].get(model, {})
+    if spec.get("source") == "random" and (found := random_config(spec["config"], Path.cwd())):
+        return found.parent
     for path in (RESOURCES / "models" / model, prepared):
         if (weights_dir(path) / "config.json").is_file():
             return path
@@ -268,6 +277,12 @@ def model_source(config: Mapping[str, Any], model: str) -> Path:
         f"model '{model}': no config.json in resources/models/{model} or {prepared}; "
         f"prepare the model first (snakemake --configfile <study> {prepared})"
     )
+
+
+def host_overflow(metrics: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(planned, offered) GB of host RAM where fit_check's plan exceeds the node's, else None."""
+    planned, offered = metrics["predicted_host"]["total"] / 1e9, metrics["host_memory_gb"]
+    return (planned, offered) if offered is not None and planned > offered else None
 
 
 def plan_sweep(config: Mapping[str, Any], system: System) -> list[dict[str, Any]]:

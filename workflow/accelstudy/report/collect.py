@@ -10,8 +10,9 @@ from typing import Any
 import pandas as pd
 
 from accelstudy.accounting import ran_during
+from accelstudy.errors import StudyError
 from accelstudy.files import read_json
-from accelstudy.layout import beside
+from accelstudy.layout import beside, misplaced
 
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
 RECORD_KEYS = ("study", "stage", "system", "device", "model", "task", "method")
@@ -136,7 +137,13 @@ def with_scheduler_figures(records: pd.DataFrame, accounted: dict[str, dict]) ->
 
 def collect_records(paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per record, with its path (files written beside it, such as SR3 samples)."""
-    return pd.DataFrame([{**flatten(read_json(p)), "record": p} for p in sorted(map(str, paths))])
+    rows = []
+    for path in sorted(map(str, paths)):
+        record = read_json(path)
+        if why := misplaced(path, record):
+            raise StudyError(f"{why}: delete it (its job runs again) or move it back")
+        rows.append({**flatten(record), "record": path})
+    return pd.DataFrame(rows)
 
 
 def items_of(record: str | None) -> pd.DataFrame | None:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from accelstudy.errors import StudyError
 from accelstudy.files import read_json
-from accelstudy.layout import MEASURING_FOLDERS, system_folders
+from accelstudy.layout import MEASURING_FOLDERS, misplaced, system_folders
 from accelstudy.records import SCHEMA_VERSION, validate_record
 from accelstudy.report import finetuning, quantization, superresolution
 from accelstudy.report.collect import flatten, items_of, joined, unusable
@@ -106,6 +106,8 @@ def find_records(run: Path) -> list[tuple[Path, dict[str, Any]]]:
                 validate_record(record, [key for _, key in unusable(record)])
         except jsonschema.ValidationError as exc:
             raise CompareError(f"{path}: not a valid record: {exc.message}") from None
+        if why := misplaced(path, record):
+            raise CompareError(f"{why}: delete it (its job runs again) or move it back")
         found.append((path, record))
     if not found:
         raise CompareError(f"'{run}' holds no result records; has its study run?")

@@ -7,7 +7,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+# labels come from records (names, tasks): a "$" in one is text, never mathtext that can fail
+matplotlib.rcParams["text.parse_math"] = False
+import matplotlib.pyplot as plt  # noqa: E402
 
 
 def save(fig: plt.Figure, out: Path) -> None:

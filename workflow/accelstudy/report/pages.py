@@ -28,9 +28,11 @@ class Section:
     figure: str = ""
 
     def to_markdown(self) -> str:
-        table = "" if self.table is None else _shown(self.table).to_markdown(index=False)
-        image = self.figure and f"![{self.title}](figures/{self.figure})"
-        return "\n\n".join(p for p in [f"## {self.title}", self.note, table, image] if p)
+        shown = None if self.table is None else _shown(self.table).map(_markdown_cell)
+        table = "" if shown is None else shown.to_markdown(index=False)
+        title, note = _markdown_text(self.title), _markdown_text(self.note)
+        image = self.figure and f"![{title}](figures/{self.figure})"
+        return "\n\n".join(p for p in [f"## {title}", note, table, image] if p)
 
     def to_html(self) -> str:
         note = self.note and f'<p class="note">{html.escape(self.note)}</p>'
@@ -46,6 +48,17 @@ def our_numbers(runs: pd.DataFrame, part: str, **values: object) -> str:
     used = {"cpu": runs["device"].eq("cpu").any(), "standin": runs["data"].eq("stand-in").any()}
     said = [text for key, text in NOTES["our_numbers"][part].items() if used.get(key, True)]
     return " ".join(said).format(**values)
+
+
+def _markdown_text(text: str) -> str:
+    """Text as Markdown shows it, not as HTML: a record's `<script>` stays text (index.html
+    escapes it as well)."""
+    return html.escape(text, quote=False)
+
+
+def _markdown_cell(value: object) -> object:
+    """A table cell's text escaped, and its `|` kept from ending the cell."""
+    return _markdown_text(value).replace("|", "\\|") if isinstance(value, str) else value
 
 
 def _shown(table: pd.DataFrame) -> pd.DataFrame:
@@ -92,7 +105,8 @@ def write_records(records: pd.DataFrame, folder: Path, root: str | Path | None =
 
 def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:
     """index.html and report.md of the sections; return index.html."""
-    markdown = "\n\n".join([f"# {title}", intro, *(s.to_markdown() for s in sections), RECORDS])
+    head = [f"# {_markdown_text(title)}", _markdown_text(intro)]
+    markdown = "\n\n".join([*head, *(s.to_markdown() for s in sections), RECORDS])
     title, body = html.escape(title), "".join(s.to_html() for s in sections)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
