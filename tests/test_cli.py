@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from accelstudy import timeline
-from accelstudy.cli import main
+from accelstudy.cli import COMMANDS, main
 
 from tests.conftest import ROOT
 
@@ -117,3 +117,43 @@ def test_a_users_mistake_is_one_line_and_status_2(argv, says, capsys, monkeypatc
         code = exit_.code
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and says in err, err
+
+
+def _wrong_values(command: str, json_given: str = "{") -> list[str]:
+    """The subcommand's required options, each given a value of the right form that names
+    nothing: a missing file or folder, JSON cut short, a name that is no one's."""
+    import argparse
+
+    from accelstudy.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    argv = [command]
+    for action in sub.choices[command]._actions:
+        if not (action.required or not action.option_strings) or action.dest == "help":
+            continue
+        value = (action.choices and next(iter(action.choices))) or (
+            NAMES_NOTHING if action.type is Path else json_given if action.dest in JSON_GIVEN
+            else "1" if action.dest in ("chunk", "cards", "threads") else "nosuch")  # fmt: skip
+        argv += [*action.option_strings[:1], str(value)]
+    return argv
+
+
+JSON_GIVEN = {"spec", "point", "bits", "settings"}
+NAMES_NOTHING = str(ROOT / "README.md" / "x")  # neither readable nor creatable: a file's child
+# no required option (their mistakes are in MISTAKES), or not a user's command line
+WITHOUT_REQUIRED = {"probe", "snakemake", "plan-fit", "plan-time", "check-config", "where-report"}
+
+
+@pytest.mark.parametrize("command", sorted(set(COMMANDS) - WITHOUT_REQUIRED))
+def test_every_subcommand_says_a_wrong_file_or_value_in_one_line(command, capsys, monkeypatch):
+    """Every subcommand, missing its options (a usage error) and then given each required one
+    a value that names nothing (a missing file, JSON cut short, an unknown name): one line
+    and status 2 each, never a traceback."""
+    monkeypatch.chdir(ROOT)
+    for argv in ([command], _wrong_values(command), _wrong_values(command, "{}")):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.count("\n") == 0 and "Traceback" not in err, (argv, err)

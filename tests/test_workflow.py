@@ -521,3 +521,19 @@ def test_a_copied_results_folder_reruns_what_a_changed_setting_touches(study, tm
     result = snakemake(tmp_path, "-n")
     assert planned_jobs(result) == {"baseline": 1, "report": 1, "all": 1}, result.stderr[-2000:]
     assert "holds a record of task 'boolq', not 'hellaswag'" in result.stderr
+
+
+def test_a_report_that_fails_leaves_the_last_good_one(study, tmp_path):
+    """A record damaged after the study ran (cut short): the report job fails, naming it with
+    its fix, and the last good report is put back as it was (Snakemake's update flag)."""
+    shutil.copytree(study / "results", tmp_path / "results", symlinks=True)
+    shutil.copytree(study / ".snakemake" / "metadata", tmp_path / ".snakemake" / "metadata")
+    report = tmp_path / "results/tiny/report"
+    before = {p.name: p.read_bytes() for p in (report / "index.html", report / "report.md")}
+    record = tmp_path / "results/tiny/cpu/baseline/tiny/boolq/paper.json"
+    record.write_text(record.read_text()[:100])  # newer than the report: it runs again
+    result = snakemake(tmp_path, "--cores", "1")
+    assert result.returncode != 0
+    log = (tmp_path / "results/tiny/logs/report/index.log").read_text()
+    assert f"{record.relative_to(tmp_path)} is not valid JSON" in log and "delete it" in log
+    assert {p.name: p.read_bytes() for p in (report / "index.html", report / "report.md")} == before

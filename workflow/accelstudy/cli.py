@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from accelstudy import timeline
 from accelstudy.errors import StudyError
-from accelstudy.options import argument
+from accelstudy.options import argument, filled, node
 from accelstudy.paths import PAPER
 from accelstudy.points import DiffusionPoint, FinetunePoint
 from accelstudy.strategies import STRATEGIES
@@ -23,6 +23,23 @@ def _json(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+
+
+def _spec(path: str) -> Callable[[str], Any]:
+    """A config block given as JSON (a rule passes the study's), held to its schema with its
+    defaults filled in: a value check-config would refuse is a usage error here too."""
+
+    def parse(text: str) -> Any:
+        import jsonschema
+
+        from accelstudy.errors import schema_error
+
+        value, block = _json(text), node(path)
+        if errors := list(jsonschema.Draft202012Validator(block).iter_errors(value)):
+            raise argparse.ArgumentTypeError(str(schema_error(errors, f"{path} key")))
+        return filled(block, value)
+
+    return parse
 
 
 def _positive(kind: type) -> Callable[[str], Any]:
@@ -112,9 +129,11 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "snakemake": ("remove the lock of a killed run of ours, then run the Snakemake command given",
         _run_snakemake, [("argv", {"positional": True, "nargs": argparse.REMAINDER})]),
     "prepare-model": ("find or convert a model; write its manifest", "models:prepare_model",
-        [("spec", {"help": "the models.<name> config entry"}), "seed", "out"]),
+        [("spec", {"type": _spec("models.*"), "help": "the models.<name> config entry"}),
+         "seed", "out"]),
     "prepare-data": ("load one split of a task; cache as JSON Lines", "data.sources:prepare_data",
-        [("task", {"choices": TASK_NAMES}), ("spec", {"help": "the tasks.<name> config entry"}),
+        [("task", {"choices": TASK_NAMES}),
+         ("spec", {"type": _spec("tasks.*"), "help": "the tasks.<name> config entry"}),
          ("split", {"required": True, "choices": SPLITS}), "out"]),
     "baseline": ("evaluate the unquantized model on one task", "evaluate.baseline:baseline",
         ["study", "system", "model-name", "task", "data-source",
@@ -150,7 +169,8 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          "params-digest"]),
     "prepare-instructions": ("instruction data for fine-tuning, cached",
         "data.instructions:prepare_instructions",
-        [("spec", {"help": "the finetune.data config entry"}), "out"]),
+        [("spec", {"type": _spec("finetune.data"), "help": "the finetune.data config entry"}),
+         "out"]),
     "finetune": ("plan, launch and record one fine-tuning point", "finetune.job:run",
         ["study", "system", "model-name", "data-source", "model-dir",
          ("point", {"type": FinetunePoint.from_json, "help": "the point (finetune keys)"}),
@@ -187,7 +207,8 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("results", {"type": Path, "nargs": "*", "default": [],
                       "help": "results/<study> folders whose measurements to use"})]),
     "prepare-dust": ("dust images from PySM3, paired high/low-res", "data.dust:prepare_dust",
-        [("spec", {"help": "the diffusion.data config entry"}), "seed",
+        [("spec", {"type": _spec("diffusion.data"), "help": "the diffusion.data config entry"}),
+         "seed",
          ("out", {"help": "the pairs (npz)"}), ("card", {"help": "the data card (JSON)"})]),
     "diffusion": ("launch and record one SR3 strong-scaling point", "diffusion.job:run",
         ["study", "system",
@@ -251,6 +272,17 @@ def main(argv: list[str] | None = None) -> int:
             print(report)
     except StudyError as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (
+        FileNotFoundError,
+        FileExistsError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+    ) as exc:  # a path given that names no readable (or makeable) file
+        print(
+            f"accelstudy {args.command}: error: {exc.strerror}: '{exc.filename}'", file=sys.stderr
+        )
         return 2
     if argv is None:  # exiting: what the stage made is not worth a last collection either
         timeline.settled()

@@ -221,4 +221,8 @@ def load_model_config(model: str | Path) -> Any:
     from transformers import AutoConfig
 
     path = weights_dir(Path(model)) if Path(model).is_dir() else RESOURCES / "models" / str(model)
+    if not (path / "config.json").is_file():
+        shipped = sorted(p.name for p in (RESOURCES / "models").iterdir())
+        raise ModelSourceError(f"model '{model}': neither a folder holding a config.json nor "
+                               f"one of resources/models ({', '.join(shipped)})")  # fmt: skip
     return AutoConfig.from_pretrained(str(path))

@@ -12,6 +12,7 @@ from typing import Any
 
 from accelstudy import points
 from accelstudy.config import config_hash
+from accelstudy.errors import StudyError
 from accelstudy.files import read_json
 from accelstudy.forecast import StudyEstimates
 from accelstudy.layout import (
@@ -294,6 +295,6 @@ def _readable(path: Path) -> dict[str, Any] | None:
     """A record's JSON, or None where it is not one (the report names a corrupt record)."""
     try:
         record = read_json(path)
-    except (OSError, ValueError):
+    except (OSError, ValueError, StudyError):  # damaged: the report names it with its fix
         return None
     return record if isinstance(record, dict) else None

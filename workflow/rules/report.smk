@@ -6,12 +6,13 @@ rule report:
         samples=STUDY.diffusion_samples(),
         sensitivity=STUDY.paths("gather_sensitivity"),
         assignments=STUDY.paths("cluster"),
+    # update(): the last good report stays until this job succeeds, and is put back if it fails
     output:
-        **{name: captioned(name) for name in OUTPUTS},
-        html=STUDY.output("report"),
-        markdown=f"{RESULTS}/report/report.md",
-        records_csv=f"{RESULTS}/tables/records.csv",
-        records_parquet=f"{RESULTS}/tables/records.parquet",
+        **{name: update(captioned(name)) for name in OUTPUTS},
+        html=update(STUDY.output("report")),
+        markdown=update(f"{RESULTS}/report/report.md"),
+        records_csv=update(f"{RESULTS}/tables/records.csv"),
+        records_parquet=update(f"{RESULTS}/tables/records.parquet"),
     log:
         STUDY.log("report"),
     benchmark:
