@@ -44,6 +44,10 @@ def one_line(error: pytest.ExceptionInfo, *says: str) -> None:
         ({**SYSTEM, "energy": ["watts"]}, "'energy.0': 'watts' is not one of"),
         ({**SYSTEM, "gpus": 4}, "unknown key(s) ['gpus']"),
         ({**SYSTEM, "peak_flops": "by-name"}, "'peak_flops'"),  # a workstation: by-device-name
+        (
+            {**SYSTEM, "peak_flops": {"doc": "https://a", "bfloat16": 0}},
+            "'peak_flops.bfloat16': 0 is less than or equal to the minimum of 0",
+        ),  # the 0 named
     ],
 )
 def test_a_bad_system_file_is_one_line_naming_file_and_key(spec, says):

@@ -29,6 +29,11 @@ def require(holds: bool, key: str, problem: str) -> None:
 def schema_error(errors: Sequence[ValidationError], where: str = "config key") -> ConfigError:
     """A schema's errors as one line: the deepest names the most specific key."""
     error = max(errors, key=lambda e: len(list(e.absolute_path)))
+    while error.validator == "oneOf" and error.context:  # a branch that reached further in
+        deeper = max(error.context, key=lambda e: len(list(e.absolute_path)))
+        if len(deeper.absolute_path) <= len(error.absolute_path):
+            break
+        error = deeper
     key = ".".join(str(p) for p in error.absolute_path) or "<top level>"
     kind, why = error.validator, error.message
     value: Any = error.instance
