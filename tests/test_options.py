@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import yaml
 
@@ -66,7 +67,8 @@ def test_a_strategy_registered_alone_reaches_the_schema_the_cli_and_the_report(m
     from accelstudy.config import validate_config
     from accelstudy.report.finetuning import finetune_runs
 
-    zero2 = strategies.Strategy("zero2", "ZeRO-2", "deepspeed", shards=True, optimizer_bytes=12)
+    split = frozenset({"gradients", "optimizer"})  # ZeRO-2: the parameters stay whole
+    zero2 = strategies.Strategy("zero2", "ZeRO-2", "deepspeed", shards=split, optimizer_bytes=12)
     monkeypatch.setitem(strategies.STRATEGIES, "zero2", zero2)
     options._schema.cache_clear()
     try:
@@ -81,5 +83,19 @@ def test_a_strategy_registered_alone_reaches_the_schema_the_cli_and_the_report(m
              "system": "cpu", "model": "m", "attention": "fused", "metric_samples_per_s": 1.0}
         )  # fmt: skip
         assert list(finetune_runs(records)["strategy"]) == ["DDP", "ZeRO-2"]  # label, in order
+        # and its behaviour, from the registry alone: DeepSpeed at stage 2, planned as stage 2
+        from accelstudy.finetune.engines import deepspeed_config
+        from accelstudy.finetune.planner import meta_model, model_state_bytes
+        from accelstudy.models import load_model_config
+        from accelstudy.points import FinetunePoint
+
+        point = FinetunePoint(strategy="zero2", attention="fused", cards=2, method="full")
+        zero = deepspeed_config(point)["zero_optimization"]
+        assert zero["stage"] == 2 and not any(key.startswith("stage3") for key in zero)
+        model = meta_model(load_model_config("smollm2-135m"))
+        held = model_state_bytes(model, point)
+        whole = model_state_bytes(model, replace(point, strategy="ddp", cards=1))
+        assert held["parameters"] == whole["parameters"]  # not split
+        assert held["gradients"] == whole["gradients"] // 2  # split over the 2 cards
     finally:
         options._schema.cache_clear()

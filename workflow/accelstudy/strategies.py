@@ -4,13 +4,15 @@ and the report, so that no module branches on a strategy's name."""
 
 from dataclasses import dataclass
 
+STATES = frozenset({"parameters", "gradients", "optimizer"})  # what a strategy may split
+
 
 @dataclass(frozen=True)
 class Strategy:
     name: str
     label: str  # as the paper's Fig. 2 and the report name it
     engine: str  # what wraps the model: "ddp", "fsdp" (torch, through accelerate), "deepspeed"
-    shards: bool  # weights, gradients and optimizer states split over the cards
+    shards: frozenset[str] = frozenset()  # the STATES split over the cards (none: replicated)
     trainable_bytes: int | None = None  # per trainable weight and gradient; None: the run's dtype
     optimizer_bytes: int | None = None  # per trainable element; None: Adam's 2 x trainable_bytes
     whole_below_threshold: bool = False  # tensors under the persistence threshold stay whole
@@ -18,17 +20,30 @@ class Strategy:
     loads: str = "every rank"  # who reads the weights: "every rank", "rank 0", "its partition"
     hpu_compile: bool = False  # Gaudi runs it only under torch.compile
 
+    def __post_init__(self) -> None:
+        if odd := set(self.shards) - STATES:
+            raise ValueError(
+                f"strategy '{self.name}' shards {sorted(odd)}: not among {sorted(STATES)}"
+            )
+
+    @property
+    def zero_stage(self) -> int:
+        """DeepSpeed's ZeRO stage for what it splits: 3 the parameters too, 2 the gradients and
+        optimizer states, 1 the optimizer states alone (the planner counts the same split)."""
+        order = ("parameters", "gradients", "optimizer")
+        return next((3 - i for i, state in enumerate(order) if state in self.shards), 0)
+
 
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
-        Strategy("ddp", "DDP", "ddp", shards=False),  # replicated: the paper's reference
+        Strategy("ddp", "DDP", "ddp"),  # replicated: the paper's reference
         # DeepSpeed's FP32 master partitions and Adam's moments (4 + 8 bytes), one flat group
-        Strategy("zero3", "ZeRO-3", "deepspeed", shards=True, optimizer_bytes=12,
+        Strategy("zero3", "ZeRO-3", "deepspeed", shards=STATES, optimizer_bytes=12,
                  whole_below_threshold=True, flat_optimizer=True, loads="its partition"),
         # accelerate's mixed precision upcasts the trainable shards to FP32; rank 0 alone loads
         # (RAM-efficient loading; every rank on Gaudi), and Gaudi needs torch.compile for it
-        Strategy("fsdp", "FSDP", "fsdp", shards=True, trainable_bytes=4, loads="rank 0",
+        Strategy("fsdp", "FSDP", "fsdp", shards=STATES, trainable_bytes=4, loads="rank 0",
                  hpu_compile=True),
     )
 }  # fmt: skip

@@ -64,10 +64,13 @@ def build_cpu_ops() -> None:
 
 
 def deepspeed_config(point: FinetunePoint) -> dict[str, Any]:
-    """The authors' ZeRO-3 settings; the Trainer fills in the batch sizes."""
-    zero: dict[str, Any] = dict(stage=3, overlap_comm=False, contiguous_gradients=False)
-    zero["stage3_gather_16bit_weights_on_model_save"] = True
-    if point.zero3_persistence_threshold is not None:
+    """The authors' ZeRO-3 settings, at the stage of what the strategy splits (a registered
+    ZeRO-2 trains as ZeRO-2); the Trainer fills in the batch sizes."""
+    stage = STRATEGIES[point.strategy].zero_stage
+    zero: dict[str, Any] = dict(stage=stage, overlap_comm=False, contiguous_gradients=False)
+    if stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    if stage == 3 and point.zero3_persistence_threshold is not None:
         zero["stage3_param_persistence_threshold"] = point.zero3_persistence_threshold
     batches = dict.fromkeys(BATCH_KEYS, "auto")
     bf16 = {"enabled": point.dtype == "bfloat16"}

@@ -118,14 +118,18 @@ def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str,
     persistence = ZERO3_PERSISTENCE if persistence is None else persistence
     trained = strategy.trainable_bytes or width
     totals = dict.fromkeys(("parameters", "gradients", "optimizer"), 0)
+
+    def share(state: str, elements: int) -> int:  # this rank's part of a state's tensor
+        return math.ceil(elements / cards) if state in strategy.shards else elements
+
     for elements, trainable in tensors:
-        share = math.ceil(elements / cards) if strategy.shards else elements
         whole = strategy.whole_below_threshold and elements < persistence
-        held = share + (elements if whole else 0)
+        held = share("parameters", elements) + (elements if whole else 0)
         totals["parameters"] += held * (trained if trainable else width)
         if trainable:
-            totals["gradients"] += share * trained
-            totals["optimizer"] += share * (strategy.optimizer_bytes or 2 * trained)
+            totals["gradients"] += share("gradients", elements) * trained
+            optimizer = strategy.optimizer_bytes or 2 * trained
+            totals["optimizer"] += share("optimizer", elements) * optimizer
     # AdamW's step: one per trainable tensor, or one flat group (DeepSpeed's)
     steps = 1 if strategy.flat_optimizer else sum(1 for _, trainable in tensors if trainable)
     totals["optimizer"] += 4 * steps
@@ -174,7 +178,7 @@ def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> Me
     layers = model.get_decoder().layers
     layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
     engine, width = STRATEGIES[point.strategy].engine, DTYPE_BYTES[point.dtype]
-    sharded = STRATEGIES[point.strategy].shards and point.cards > 1
+    sharded = "parameters" in STRATEGIES[point.strategy].shards and point.cards > 1
     gathered = total - len(layers) * layer + 2 * layer
     if engine == "deepspeed":
         gathered = max(gathered, min(total, ZERO3_REUSE // 2))
@@ -182,6 +186,9 @@ def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> Me
     overhead += PROCESS_GROUP.get(device, 0) if point.cards > 1 else 0
     if device == "cpu":  # what the heap keeps (CPU_HEAP_KEPT) and eager attention's scores
         states["activations"] += cpu_eager_bytes(config, point)
+        if engine not in CPU_HEAP_KEPT:  # an engine registered without its measured row
+            raise ConfigError(f"engine '{engine}' has no cpu_heap_kept row in resources/"
+                              "planner_constants.csv: measure one (bench/planner.py), add it")  # fmt: skip
         kept, each = CPU_HEAP_KEPT[engine], layer * width
         if engine == "ddp":
             overhead += kept * total * width
