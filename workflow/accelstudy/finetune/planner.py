@@ -187,8 +187,8 @@ def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> Me
     if device == "cpu":  # what the heap keeps (CPU_HEAP_KEPT) and eager attention's scores
         states["activations"] += cpu_eager_bytes(config, point)
         if engine not in CPU_HEAP_KEPT:  # an engine registered without its measured row
-            raise ConfigError(f"engine '{engine}' has no cpu_heap_kept row in resources/"
-                              "planner_constants.csv: measure one (bench/planner.py), add it")  # fmt: skip
+            row = f"engine '{engine}' has no cpu_heap_kept row in resources/planner_constants.csv"
+            raise ConfigError(f"{row}: measure one (bench/planner.py) and add it")
         kept, each = CPU_HEAP_KEPT[engine], layer * width
         if engine == "ddp":
             overhead += kept * total * width
