@@ -53,6 +53,7 @@ def test_judge_holds_each_figure_to_its_bound(capsys):
     assert any(line.startswith("bound: c: no such figure") for line in lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_bench_smoke_run_holds_its_bounds_and_can_fail(script, tmp_path):
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"  # `accelstudy`

@@ -39,6 +39,7 @@ def _harness(model, tokenizer, name: str, tasks_dir: Path, batch_size: int) -> d
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["tiny", "tiny_bos"])
 @pytest.mark.parametrize("task", ["hellaswag", "boolq"])
 def test_lm_eval_protocol_matches_the_harness(task, fixture, request, cpu, standin, tmp_path):
@@ -90,6 +91,7 @@ def _builder_pages(raw: str) -> list[str]:
     return [*pages, "\n".join(current)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["tiny", "tiny_bos"])
 def test_lm_eval_wikitext_matches_the_harness(fixture, request, cpu, standin, tmp_path):
     """lm-eval's own `wikitext` task on document-level pages built from a raw file, against
