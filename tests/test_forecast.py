@@ -283,3 +283,19 @@ def test_the_sr3_time_limit_follows_the_published_forecast_and_is_capped(capsys)
     said = capsys.readouterr().err.splitlines()
     assert said == ["accelstudy: diffusion devices=1,repeat=0 (attempt 7) forecast 305 min x 1.5 "
                     "> perlmutter's limit of 2880 min: capped at it"]  # fmt: skip
+
+
+def test_plan_time_resolves_auto_as_plan_fit_and_the_job_do(monkeypatch):
+    """One rule for `dtype: auto` (peak.resolve_dtype): on a CPU whose probe runs bfloat16 GEMMs
+    faster, the forecast plans bfloat16 as the job and plan-fit would (it planned float32)."""
+    from accelstudy import forecast, peak
+    from accelstudy.systems import load_system
+
+    cpu = load_system("cpu")  # offers float32 and bfloat16
+    rates = {"flops_per_s": {"bfloat16": 2e11, "float32": 1e11}}
+    monkeypatch.setattr(peak, "cpu_rates", lambda threads: rates)
+    assert forecast._dtype("auto", cpu) == peak.resolve_dtype("auto", cpu, "cpu", 1)[0]
+    assert forecast._dtype("auto", cpu) == "bfloat16"
+    assert forecast._dtype("float32", cpu) == "float32"  # asked: as asked
+    rates["flops_per_s"]["bfloat16"] = 3e9  # emulated
+    assert forecast._dtype("auto", cpu) == "float32"

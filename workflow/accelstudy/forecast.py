@@ -32,6 +32,7 @@ from accelstudy.config import random_config
 from accelstudy.cost import Allocation, charged
 from accelstudy.layout import OUTPUTS, STAGE_RULE, StudyLayout, record_files
 from accelstudy.paths import RESOURCES
+from accelstudy.peak import resolve_dtype
 from accelstudy.pruning import chunk_sizes, targets_per_layer
 from accelstudy.snapshots import weights_dir
 from accelstudy.systems import System, every_system
@@ -165,10 +166,9 @@ def sr3_flops(model: Mapping[str, Any], hr_size: int) -> float | None:
 
 
 def _dtype(asked: str, system: System) -> str:
-    """`auto` as a job resolves it on a card; on a CPU float32 (its probe decides in the job)."""
-    if asked != "auto":
-        return asked
-    return "bfloat16" if system.device != "cpu" and "bfloat16" in system.dtypes else "float32"
+    """`auto` as a job resolves it (peak.resolve_dtype, as `plan-fit` does): a card's offer, a
+    CPU's probe at one thread per point's process."""
+    return resolve_dtype(asked, system, system.device, 1)[0]
 
 
 def point_work(
