@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from accelstudy import timeline
-from accelstudy.errors import StudyError
+from accelstudy.errors import StudyError, schema_error
 from accelstudy.options import argument, filled, node
 from accelstudy.paths import PAPER
 from accelstudy.points import DiffusionPoint, FinetunePoint
@@ -31,8 +31,6 @@ def _spec(path: str) -> Callable[[str], Any]:
 
     def parse(text: str) -> Any:
         import jsonschema
-
-        from accelstudy.errors import schema_error
 
         value, block = _json(text), node(path)
         if errors := list(jsonschema.Draft202012Validator(block).iter_errors(value)):

@@ -63,16 +63,6 @@ def results_of(rule: str, path: str | Path) -> Path:
     return Path(path).parents[depth - 1]
 
 
-class Wildcards(dict[str, str]):
-    """A job's wildcards as Snakemake hands them to params functions: by name or attribute."""
-
-    def __getattr__(self, name: str) -> str:
-        try:
-            return self[name]
-        except KeyError as missing:
-            raise AttributeError(name) from missing
-
-
 def misplaced(path: str | Path, record: Mapping[str, Any]) -> str | None:
     """What a record says that its place does not (its study, system, model, task, protocol,
     bit list, recipe or point): a record copied over another's file; None where all agree."""

@@ -8,6 +8,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from accelstudy import points
@@ -18,7 +19,6 @@ from accelstudy.forecast import StudyEstimates
 from accelstudy.layout import (
     MEASURING,
     StudyLayout,
-    Wildcards,
     beside,
     misplaced,
     record_files,
@@ -172,7 +172,9 @@ class StudyTargets(StudyLayout):
         if rule == "finetune":
             source = self.config["finetune"]["data"]["source"]
             return named | {"point": self.finetune_point_json, "source": source}
-        return named | {"point": self.diffusion_point_json}
+        if rule == "diffusion":
+            return named | {"point": self.diffusion_point_json}
+        raise ValueError(f"'{rule}' is not a measuring rule: {MEASURING}")
 
     def _made_under(self, rule: str) -> dict[str, Any]:
         """What a measuring job's inputs were made under (their rules' params)."""
@@ -199,9 +201,10 @@ class StudyTargets(StudyLayout):
         misfits = self.misfits()
         for job in (j for j in self.jobs() if j.rule in MEASURING):
             stamp = Path(_stamp(job.path))
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            stamp.touch()
-            if job.path not in misfits:
+            if job.path in misfits or not stamp.exists():
+                stamp.parent.mkdir(parents=True, exist_ok=True)
+                stamp.touch()
+            if job.path not in misfits and stamp.stat().st_mtime != 0:
                 os.utime(stamp, (0, 0))
         return misfits
 
@@ -221,7 +224,8 @@ class StudyTargets(StudyLayout):
                 continue
             if (record := _readable(path)) is None:  # a corrupt record: the report names it
                 continue
-            w = Wildcards({key: str(value) for key, value in job.wildcards.items()})
+            # the job's wildcards as Snakemake passes them to params functions: strings
+            w = SimpleNamespace(**{key: str(value) for key, value in job.wildcards.items()})
             said, now = record.get("params_digest"), self.params_digest(job.rule, w)
             if why := misplaced(path, record):
                 found[job.path] = why
