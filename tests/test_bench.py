@@ -1,11 +1,15 @@
 """Every benchmark's smoke run (`--tiny`), once each: it prints its ratio lines, holds every
 shipped bound, and fails on one figure given a bound that no value meets (so a bound that
-fails is reported and fails the run, and `make bench` with it)."""
+fails is reported and fails the run, and `make bench` with it). Each runs as `python
+bench/<script>` would, but in this test's process: torch and transformers are imported here
+already, and a bench's own import of them (7-8 s on a 2-core AVX2 machine) would be most of
+its smoke run."""
 
 import os
 import re
-import subprocess
+import runpy
 import sys
+import tempfile
 
 import pytest
 
@@ -53,26 +57,53 @@ def test_judge_holds_each_figure_to_its_bound(capsys):
     assert any(line.startswith("bound: c: no such figure") for line in lines)
 
 
+def run_script(script: str, args: list[str], tmp_path, monkeypatch, capfd) -> tuple[int, str, str]:
+    """`python bench/<script> <args>` from the checkout, in this process: its exit status,
+    stdout and stderr (its subprocesses' too). Its temporary files under `tmp_path`."""
+    import torch
+
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"  # `accelstudy`
+    for name, value in {
+        "PATH": path,
+        "TMPDIR": str(tmp_path),
+        "HF_DATASETS_CACHE": str(tmp_path),
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", [f"bench/{script}", *args])
+    monkeypatch.chdir(ROOT)
+    threads, status = torch.get_num_threads(), 0
+    capfd.readouterr()
+    try:
+        runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
+    except SystemExit as exit:  # sys.exit(main()), or SystemExit("why") as Python prints it
+        status = exit.code if isinstance(exit.code, int) else 1
+        if exit.code is not None and not isinstance(exit.code, int):
+            print(exit.code, file=sys.stderr)
+    finally:
+        torch.set_num_threads(threads)
+    out, err = capfd.readouterr()
+    return status, out, err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_bench_smoke_run_holds_its_bounds_and_can_fail(script, tmp_path):
-    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"  # `accelstudy`
-    env = os.environ | {"PATH": path, "TMPDIR": str(tmp_path), "HF_DATASETS_CACHE": str(tmp_path)}
+def test_bench_smoke_run_holds_its_bounds_and_can_fail(script, tmp_path, monkeypatch, capfd):
     # a script not (yet) in CHECKED: a bound on no figure, which judge fails all the same
     figure, low, high = CHECKED.get(script, ("no_such_figure", None, None))
-    command = [sys.executable, f"bench/{script}", "--tiny", "--bound", f"{figure}=1:0"]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    shown = done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.returncode == 1 and "Traceback" not in done.stderr, shown  # judged, not crashed
-    assert re.search(r"^ratio: .*\d\.\d+x", done.stdout, re.MULTILINE), shown
-    bounds = {name: (float(value), verdict) for name, value, verdict in BOUND.findall(done.stdout)}
+    args = ["--tiny", "--bound", f"{figure}=1:0"]
+    status, out, err = run_script(script, args, tmp_path, monkeypatch, capfd)
+    shown = out[-3000:] + err[-3000:]
+    assert status == 1 and "Traceback" not in err, shown  # judged, not crashed
+    assert re.search(r"^ratio: .*\d\.\d+x", out, re.MULTILINE), shown
+    bounds = {name: (float(value), verdict) for name, value, verdict in BOUND.findall(out)}
     if script in CHECKED:
         value, verdict = bounds.pop(figure)
         assert verdict == "OUTSIDE", shown  # the impossible bound, named
         assert (low is None or value >= low) and (high is None or value <= high), shown
-        assert "no such figure" not in done.stdout, shown
+        assert "no such figure" not in out, shown
     else:
-        assert done.stdout.count("no such figure") == 1, shown
+        assert out.count("no such figure") == 1, shown
     assert {name: v for name, (_, v) in bounds.items() if v != "within"} == {}, shown
 
 

@@ -177,12 +177,12 @@ def test_where_the_time_went(study):
     rules = pd.read_csv(tables / "time_rules.csv").set_index("rule")
     jobs = pd.read_csv(tables / "time_jobs.csv")
     ran = {"prepare_model": 1, "prepare_data": 4, "baseline": 4, "sensitivity": 2, "cluster": 2}
-    ran |= {"gather_sensitivity": 1, "quantize": 4, "finetune": 3, "diffusion": 6}  # 3 repeats
+    ran |= {"gather_sensitivity": 1, "quantize": 4, "finetune": 2, "diffusion": 4}  # 2 repeats
     for rule, count in ran.items():
         assert rules.loc[rule, "jobs"] == count, rule
     timed = jobs.dropna(subset=["startup_s"])
     assert set(timed["rule"]) == {"baseline", "quantize", "finetune", "diffusion"}
-    assert len(timed) == 4 + 4 + 3 + 6 and timed["wall_s"].notna().all()
+    assert len(timed) == 4 + 4 + 2 + 4 and timed["wall_s"].notna().all()
     assert (timed["startup_s"] > 0).all() and (timed["measured_s"] >= 0).all()
     assert (timed["startup_s"] + timed["measured_s"] <= timed["wall_s"] + 0.2).all()
     # each job a program: its imports timed; the phases (rounded to 0.1 s) within its start-up
@@ -201,10 +201,10 @@ def test_where_the_time_went(study):
 
 def test_the_forecast_is_judged_on_the_studys_own_jobs(study):
     """Every timed job beside what the other records forecast for it (leave-one-out): a
-    fine-tuning repeat from its two siblings (measured), an SR3 point from the other count."""
+    fine-tuning repeat from its sibling (measured), an SR3 point from the other count."""
     judged = pd.read_csv(study / "results/tiny/tables/forecast_judged.csv")
     counts = judged.groupby("rule").size().to_dict()
-    assert counts == {"baseline": 4, "quantize": 4, "finetune": 3, "diffusion": 6}
+    assert counts == {"baseline": 4, "quantize": 4, "finetune": 2, "diffusion": 4}
     assert (judged.loc[judged["rule"] == "finetune", "source"] == "measured").all()
     assert set(judged.loc[judged["rule"] == "diffusion", "source"]) == {"measured"}
     assert (judged["forecast_s"] > 0).all() and (judged["measured_s"] > 0).all()
@@ -215,14 +215,14 @@ def test_the_forecast_is_judged_on_the_studys_own_jobs(study):
 
 
 def test_repeats_get_their_interval(study):
-    """The tiny study repeats each fine-tuning and SR3 point 3 times: the tables give each
+    """The tiny study repeats each fine-tuning and SR3 point twice: the tables give each
     point's median with its repeats' 95% interval (Fig. 2 and 3 draw the same)."""
     tables = study / "results" / "tiny" / "tables"
     points = pd.read_csv(tables / "finetune.csv")
-    assert (points["repeats"] == 3).all()
-    assert points["tokens/s interval"].str.endswith("(3 repeats, 95%)").all()
+    assert (points["repeats"] == 2).all()
+    assert points["tokens/s interval"].str.endswith("(2 repeats, 95%)").all()
     sr3 = pd.read_csv(tables / "diffusion.csv")
-    assert sr3["images/s interval"].str.endswith("(3 repeats, 95%)").all()
+    assert sr3["images/s interval"].str.endswith("(2 repeats, 95%)").all()
     low, high = (float(x) for x in sr3.loc[0, "images/s interval"].split(" ")[0].split("-"))
     assert 0.999 * low <= sr3.loc[0, "images/s"] <= 1.001 * high  # shown to 4 digits
 
@@ -237,8 +237,8 @@ KNOBS = [  # (config changes, the jobs they re-run besides report and all)
     ({"tasks.hellaswag.limit": 13}, {"baseline": 2}),
     ({"ptq.calibration_limit": {"wikitext": 4}, "tasks.boolq.limit": 11}, {"baseline": 1}),
     ({"ptq.bit_lists": [[16, 8, 4], [16, 4]]}, {"cluster": 1, "quantize": 2}),
-    ({"diffusion.quality.sampling_steps": 4}, {"diffusion": 6}),
-    ({"diffusion.data.patches": 20}, {"prepare_dust": 1, "diffusion": 6}),
+    ({"diffusion.quality.sampling_steps": 4}, {"diffusion": 4}),
+    ({"diffusion.data.patches": 20}, {"prepare_dust": 1, "diffusion": 4}),
     ({"ptq.sparsity": 0.5},
      {"sensitivity": 2, "gather_sensitivity": 1, "cluster": 2, "quantize": 4}),
 ]  # fmt: skip
@@ -296,7 +296,7 @@ def compared(study, tmp_path_factory):
     config["evaluation"]["dtype"] = config["diffusion"]["dtype"] = "bfloat16"
     config["tasks"]["hellaswag"]["limit"] = 13
     config["ptq"]["bit_lists"] = [[16, 8, 4]]  # the first run's [8, 4] has no counterpart
-    config["finetune"]["repeats"] = config["diffusion"]["repeats"] = 1  # the first: 3 (time)
+    config["finetune"]["repeats"] = config["diffusion"]["repeats"] = 1  # the first: 2 (time)
     config["compare"] = {"runs": [str(results)], "reference": "cpu", "out": str(workdir / "cmp")}
     result = snakemake(workdir, "--cores", "2", "all", "compare", config=config)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -514,7 +514,7 @@ def test_a_copied_results_folder_reruns_what_a_changed_setting_touches(study, tm
     config = json.loads(json.dumps(TINY_CONFIG))
     config["finetune"]["learning_rate"] = 0.001
     result = snakemake(tmp_path, "-n", config=config)
-    assert planned_jobs(result) == {"finetune": 3, "report": 1, "all": 1}, result.stderr[-2000:]
+    assert planned_jobs(result) == {"finetune": 2, "report": 1, "all": 1}, result.stderr[-2000:]
     assert "made under other settings than this study's now" in result.stderr
     base = tmp_path / "results/tiny/cpu/baseline/tiny"
     shutil.copy(base / "boolq/paper.json", base / "hellaswag/paper.json")
