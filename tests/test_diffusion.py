@@ -313,13 +313,17 @@ def test_two_processes_split_the_data(pairs, tmp_path):
         assert panel["sr"].shape == (2, 1, 16, 16) and np.abs(panel["sr"]).max() <= 1
 
 
-def test_a_killed_point_leaves_no_record(pairs, tmp_path):
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_killed_point_leaves_no_record(pairs, tmp_path, devices):
+    """Killed at its second step: launched ranks (2) fail their job with one line; a job that is
+    its point's one rank (1) dies with it, as a preempted job does."""
     from accelstudy.ranks import KILL_HOOK
 
-    result, out, _ = run_point(pairs, tmp_path, 1, env={KILL_HOOK: "2"})
+    result, out, _ = run_point(pairs, tmp_path, devices, env={KILL_HOOK: "2"})
     assert result.returncode != 0
-    assert (
-        "accelstudy diffusion: error: accelstudy.diffusion.train on 1 cards exited with status"
-        in result.stderr
-    )
+    if devices == 1:
+        assert result.returncode == 137
+    else:
+        failed = f"error: accelstudy.diffusion.train on {devices} cards exited with status"
+        assert f"accelstudy diffusion: {failed}" in result.stderr
     assert not out.exists() and not list(tmp_path.glob(".*ranks.json"))

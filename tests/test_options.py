@@ -99,3 +99,14 @@ def test_a_strategy_registered_alone_reaches_the_schema_the_cli_and_the_report(m
         assert held["gradients"] == whole["gradients"] // 2  # split over the 2 cards
     finally:
         options._schema.cache_clear()
+
+
+def test_who_loads_the_weights_is_one_of_three():
+    """A strategy's `loads` is a Loads member (the planner and the ranks compare members, not
+    text): its text is taken, anything else stops the registry with a ValueError."""
+    import pytest
+    from accelstudy import strategies
+
+    assert strategies.Strategy("z", "Z", "ddp", loads="rank 0").loads is strategies.Loads.RANK_ZERO
+    with pytest.raises(ValueError, match="'rank zero' is not a valid Loads"):
+        strategies.Strategy("z", "Z", "ddp", loads="rank zero")

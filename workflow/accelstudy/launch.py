@@ -1,5 +1,6 @@
 """Start a worker's ranks: torchrun, srun + c10d across nodes, on Gaudi mpirun or deepspeed."""
 
+import importlib
 import json
 import logging
 import os
@@ -107,33 +108,65 @@ class PointJob(Job):
         """The dtype the ranks compute in, resolved on the job's node (not the login node)."""
         return self.resolve_dtype(asked, self.ranks_device, self.rank_threads(cards))
 
+    def in_process(self, cards: int) -> bool:
+        """One rank on one node, not on Gaudi (its bridge reads its mode as torch loads): this
+        job's process is the rank. A second process would import torch and transformers again
+        (7-8 s on a 2-core CPU, half a small point's job) and torchrun's agent a third time."""
+        one_node = self.system.layout(cards)[0] == 1
+        return (
+            cards == 1 and one_node and self.ranks_device != "hpu" and self.system.device != "hpu"
+        )
+
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = REPLICATED, **hpu_env: str
     ) -> dict[str, Any]:
         """The ranks' metrics and status, or PointFailed; `hpu_env`: what Habana's bridge reads."""
         result, self.cards = self.out.with_name(f".{self.out.stem}.ranks.json"), cards
         argv = [*args, "--out", str(result)]
-        command_line = command(self.system, cards, module, argv, strategy, self.threads)
-        environ = {**os.environ, "OMP_NUM_THREADS": str(self.rank_threads(cards))}
+        environ = {"OMP_NUM_THREADS": str(self.rank_threads(cards))}
         environ |= hpu_env if self.system.device == "hpu" else {}
         environ[ENERGY_SOURCES] = ",".join(self.system.energy)
-        log.info("launching: %s", " ".join(command_line))
+        alone = self.in_process(cards)
         try:
-            finished = subprocess.run(command_line, env=environ, check=False)
-            if finished.returncode != 0 or not result.is_file():
-                why = f"exited with status {finished.returncode}; see the job log"
+            status = (
+                self._rank_here(module, argv, environ)
+                if alone
+                else self._ranks(
+                    command(self.system, cards, module, argv, strategy, self.threads), environ
+                )
+            )
+            if status != 0 or not result.is_file():
+                why = f"exited with status {status}; see the job log"
                 raise PointFailed(f"{module} on {cards} cards {why}")
             outcome = json.loads(result.read_text())
         finally:
             result.unlink(missing_ok=True)
         self.rank_hosts, self.energy = outcome.get("rank_hosts", []), outcome.get("energy")
         timeline.MARKS.update(outcome.get("timeline", {}))  # rank 0's marks and phases
-        timeline.RANK_PHASES.update(outcome.get("phases", {}))
+        # a rank in this process spent its phases in this process's own (no second count)
+        timeline.RANK_PHASES.update({} if alone else outcome.get("phases", {}))
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = Device(outcome["device"], self.system.label)
         metrics = {**outcome.get("metrics", {}), "status": outcome["status"]}
         return metrics | ({} if outcome["status"] == "ok" else {"error": outcome.get("error", "")})
+
+    @staticmethod
+    def _ranks(command_line: list[str], environ: dict[str, str]) -> int:
+        log.info("launching: %s", " ".join(command_line))
+        return subprocess.run(command_line, env={**os.environ, **environ}, check=False).returncode
+
+    @staticmethod
+    def _rank_here(module: str, argv: list[str], environ: dict[str, str]) -> int:
+        """The worker's main in this process, as its one rank (ranks.rank_environment gives it
+        a 1-process group); an error in it is the point's failure, as a rank's exit would be."""
+        log.info("running %s here, as its one rank: %s", module, " ".join(argv))
+        os.environ.update(environ)
+        try:
+            return int(importlib.import_module(module).main(argv))
+        except Exception:  # its traceback in the job log, then the one line of PointFailed
+            log.exception("%s failed", module)
+            return 1
 
     def write(self, measured: Record) -> dict[str, Any]:
         """A point's record also says its wall time and where each rank ran; log its status."""

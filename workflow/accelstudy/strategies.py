@@ -3,8 +3,17 @@ what each one is, for the trainer set-up, the launcher, the memory planner, the 
 and the report, so that no module branches on a strategy's name."""
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 STATES = frozenset({"parameters", "gradients", "optimizer"})  # what a strategy may split
+
+
+class Loads(StrEnum):
+    """Who reads the weights from disk (the planner's host share, the ranks' loading)."""
+
+    EVERY_RANK = "every rank"
+    RANK_ZERO = "rank 0"  # the others start from empty tensors and receive rank 0's
+    ITS_PARTITION = "its partition"  # each rank its own shard (ZeRO-3's zero.Init)
 
 
 @dataclass(frozen=True)
@@ -17,10 +26,11 @@ class Strategy:
     optimizer_bytes: int | None = None  # per trainable element; None: Adam's 2 x trainable_bytes
     whole_below_threshold: bool = False  # tensors under the persistence threshold stay whole
     flat_optimizer: bool = False  # the optimizer steps one flat group, not a tensor at a time
-    loads: str = "every rank"  # who reads the weights: "every rank", "rank 0", "its partition"
+    loads: Loads = Loads.EVERY_RANK
     hpu_compile: bool = False  # Gaudi runs it only under torch.compile
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "loads", Loads(self.loads))  # one of Loads, or ValueError
         if odd := set(self.shards) - STATES:
             raise ValueError(
                 f"strategy '{self.name}' shards {sorted(odd)}: not among {sorted(STATES)}"
@@ -40,10 +50,10 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("ddp", "DDP", "ddp"),  # replicated: the paper's reference
         # DeepSpeed's FP32 master partitions and Adam's moments (4 + 8 bytes), one flat group
         Strategy("zero3", "ZeRO-3", "deepspeed", shards=STATES, optimizer_bytes=12,
-                 whole_below_threshold=True, flat_optimizer=True, loads="its partition"),
+                 whole_below_threshold=True, flat_optimizer=True, loads=Loads.ITS_PARTITION),
         # accelerate's mixed precision upcasts the trainable shards to FP32; rank 0 alone loads
         # (RAM-efficient loading; every rank on Gaudi), and Gaudi needs torch.compile for it
-        Strategy("fsdp", "FSDP", "fsdp", shards=STATES, trainable_bytes=4, loads="rank 0",
+        Strategy("fsdp", "FSDP", "fsdp", shards=STATES, trainable_bytes=4, loads=Loads.RANK_ZERO,
                  hpu_compile=True),
     )
 }  # fmt: skip

@@ -21,7 +21,7 @@ from accelstudy.paths import RESOURCES
 from accelstudy.peak import peak, resolve_dtype
 from accelstudy.points import FinetunePoint, finetune_cells, finetune_point
 from accelstudy.snapshots import weights_dir
-from accelstudy.strategies import STRATEGIES
+from accelstudy.strategies import STRATEGIES, Loads
 from accelstudy.systems import System
 
 
@@ -218,10 +218,10 @@ def plan_host(
     loads_by = STRATEGIES[point.strategy].loads
     read = 0 if random_weights else min(weights, int(CHECKPOINT_SHARD))
     partition = math.ceil(weights / point.cards) + read
-    loads = [partition if loads_by == "its partition" else weights] * ranks_per_node
-    if loads_by == "rank 0" and device != "hpu":
+    loads = [partition if loads_by is Loads.ITS_PARTITION else weights] * ranks_per_node
+    if loads_by is Loads.RANK_ZERO and device != "hpu":
         loads[1:] = [0] * (ranks_per_node - 1)
-    if random_weights and loads_by == "every rank" and device == "cuda":
+    if random_weights and loads_by is Loads.EVERY_RANK and device == "cuda":
         loads = [0] * ranks_per_node
     return HostPlan(tuple(int(HOST_PROCESS[device]) + max(w, resident) + data for w in loads))
 

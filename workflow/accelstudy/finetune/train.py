@@ -35,7 +35,7 @@ from accelstudy.finetune import engines
 from accelstudy.models import DTYPE_KWARG, causal_lm_class, load_model_config, model_files
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import weights_dir
-from accelstudy.strategies import STRATEGIES
+from accelstudy.strategies import STRATEGIES, Loads
 
 DIGESTS = "accelstudy-digests.json"  # sha256 of each file of a checkpoint, as its run saved it
 OOM_HOOK = "ACCELSTUDY_TEST_RAISE_OOM"  # "1": every rank raises OutOfMemoryError in step 1
@@ -111,7 +111,7 @@ def decoder_layer_classes(model_dir: Path) -> list[str]:
 def rank_device(point: FinetunePoint, device_kind: str) -> str:
     """Where a random-weight model is made: on this rank's card where every rank holds it whole
     (DDP); on the CPU where it is sharded after (FSDP from rank 0; ZeRO-3 under zero.Init)."""
-    whole = STRATEGIES[point.strategy].loads == "every rank"
+    whole = STRATEGIES[point.strategy].loads is Loads.EVERY_RANK
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if whole and device_kind == "cuda" else "cpu"
 
 
@@ -126,7 +126,7 @@ def load_model(
     if device_kind != "hpu":
         kwargs["attn_implementation"] = engines.ATTENTION[point.attention]
     # all ranks but under torch's FSDP, where rank 0 alone loads (RAM-efficient loading)
-    alone = STRATEGIES[point.strategy].loads == "rank 0" and device_kind != "hpu"
+    alone = STRATEGIES[point.strategy].loads is Loads.RANK_ZERO and device_kind != "hpu"
     if not alone or os.environ.get("RANK", "0") == "0":
         timeline.read_model_files(model_files(Path(weights)))
         if random_source.is_random(Path(weights)):  # no weights on disk: made in the dtype
