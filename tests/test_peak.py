@@ -231,3 +231,31 @@ def test_bfloat16_asked_on_a_cpu_that_emulates_it_runs_with_a_warning(monkeypatc
     with caplog.at_level(logging.WARNING, logger="accelstudy"):
         assert peak.resolve_dtype("bfloat16", load_system("cpu"), "cpu", 1)[0] == "bfloat16"
     assert "bfloat16 GEMM 0.6 vs float32 60.0 GFLOP/s" in caplog.text
+
+
+def test_the_forecast_takes_the_peak_a_record_would(monkeypatch):
+    """plan-time's peak (forecast._peak) is peak.peak's at one thread a rank, without probing:
+    a stated figure, a cached probe, and unknown where the record would say unknown (a card
+    named only inside a job, a CPU system that states another dtype, no probe cached)."""
+    from dataclasses import replace
+
+    from accelstudy.forecast import _peak
+
+    monkeypatch.setattr(peak, "cached_probes", lambda: {peak.probe_key(1): CACHED})
+    cpu = load_system("cpu")
+    cases = [
+        (load_system("perlmutter"), "bfloat16", 4),
+        (load_system("expanse-h100"), "bfloat16", 1),
+        (load_system("gpu-workstation"), "bfloat16", 1),
+        (cpu, "float32", 2),
+        (replace(cpu, peak_flops={"float32": 1e12, "doc": "x"}), "bfloat16", 2),
+    ]
+    for system, dtype, cards in cases:
+        record = peak.peak(system, system.device, dtype, cards, 1, probe_if_missing=False)
+        assert _peak(system, dtype, cards) == record.get("flops_per_s"), system.name
+    assert [_peak(s, d, c) for s, d, c in cases] == [4 * 312e12, None, None, 2 * 5e10, None]
+    monkeypatch.setattr(peak, "cached_probes", dict)
+    assert _peak(cpu, "float32", 2) is None  # nothing cached: no probe run at plan time
+
+
+CACHED = {"flops_per_s": {"float32": 5e10, "bfloat16": 1e9}, "where": "at set-up"}

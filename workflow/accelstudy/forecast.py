@@ -343,16 +343,13 @@ def card_exponent(seen: Iterable[Seen]) -> float | None:
 
 
 def _peak(system: System, dtype: str, cards: int) -> float | None:
-    """The dtype's dense peak of `cards` cards: the datasheet's, or the CPU's cached probe."""
-    from accelstudy.peak import cpu_rates
+    """The dtype's dense peak of `cards` cards as a job's record would take it (peak.peak): the
+    datasheet's, or the CPU's cached probe at one thread a rank; none before a job names its
+    card (a `by-device-name` system) or where no probe is cached."""
+    from accelstudy.peak import peak
 
-    if isinstance(system.peak_flops, dict) and system.peak_flops.get(dtype):
-        return float(system.peak_flops[dtype]) * cards
-    if system.device == "cpu":
-        entry = cpu_rates(1, probe_if_missing=False) or {}
-        per_core = entry.get("flops_per_s", {}).get(dtype)
-        return per_core * cards if per_core else None
-    return None
+    limit = peak(system, system.device, dtype, cards, 1, probe_if_missing=False)
+    return limit.get("flops_per_s")
 
 
 def _median(values: Iterable[float | None]) -> float | None:

@@ -141,16 +141,18 @@ def peak(
     ranks: int,
     threads: int,
     device_name: str | None = None,
+    probe_if_missing: bool = True,
 ) -> dict[str, Any]:
     """The limit of what a job held: `ranks` cards (or CPU processes of `threads` threads);
-    `device_name` (what torch reports for the card) picks the row of a `by-device-name` system."""
+    `device_name` (what torch reports for the card) picks the row of a `by-device-name` system.
+    `probe_if_missing` False: a CPU without a cached probe is unknown (a plan runs no probe)."""
     stated = system.peak_flops if isinstance(system.peak_flops, dict) else {}
     looked_up: dict[str, Any] = {}
     if system.peak_flops == BY_NAME:
         looked_up = by_device_name(device_name, dtype)
         stated = looked_up.pop("stated")
     if device_kind == "cpu" and system.peak_flops in (None, "measured"):
-        entry = cpu_rates(threads) or {}
+        entry = cpu_rates(threads, probe_if_missing=probe_if_missing) or {}
         per_card = entry.get("flops_per_s", {}).get(dtype)
         source = f"measured: {threads}-thread {dtype} GEMM probe {entry.get('where', 'at set-up')}"
     elif stated.get(dtype) is not None:
