@@ -16,7 +16,7 @@ from accelstudy.models import load_prepared, prepare_model, save_prepared
 from accelstudy.ptq.quantize import prepared_bytes
 from accelstudy.snapshots import ModelSourceError, fp32_bytes
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TINY_CONFIG
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "org/tiny-llama"
@@ -188,3 +188,38 @@ def test_a_model_that_is_no_causal_lm_is_refused_at_prepare(saved, tmp_path, mon
     with pytest.raises(ModelSourceError, match=r"has architectures \['BertModel'\]; expected a"):
         prepare_model({"source": "local", "path": "bert"}, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_one_search_finds_a_models_config_for_every_plan(tmp_path, monkeypatch):
+    """plan-fit (planner.model_source) and plan-time (forecast.decoder_sizes) read a model's
+    config.json from the one place snapshots.config_folder names: a random model's named
+    config, a shipped model's, a prepared model's; before it is prepared, one line for plan-fit
+    and no sizes for plan-time."""
+    from accelstudy.config import validate_config
+    from accelstudy.errors import ConfigError
+    from accelstudy.finetune.planner import model_source
+    from accelstudy.forecast import decoder_sizes
+    from accelstudy.snapshots import config_folder
+
+    monkeypatch.chdir(tmp_path)
+    shipped = Path(__file__).parents[1] / "resources" / "models"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.json").write_text(
+        (shipped / "tinyllama-1.1b/config.json").read_text()
+    )
+    study = json.loads(json.dumps(TINY_CONFIG)) | {"results_dir": str(tmp_path / "results")}
+    study["models"] |= {
+        "random": {"source": "random", "config": "mine"},
+        "tinyllama-1.1b": {"source": "hf", "id": "TinyLlama/TinyLlama-1.1B-Chat-v1.0"},
+        "local": {"source": "hf", "id": "someone/unprepared"},
+    }
+    validate_config(study)
+    assert config_folder(study, "random") == tmp_path / "mine"
+    assert config_folder(study, "tinyllama-1.1b") == shipped / "tinyllama-1.1b"
+    assert config_folder(study, "local") is None
+    for name in ("random", "tinyllama-1.1b"):
+        assert model_source(study, name) == config_folder(study, name)
+        assert decoder_sizes(study, name)["hidden_size"] == 2048
+    with pytest.raises(ConfigError, match=r"model 'local': no config\.json in resources/models"):
+        model_source(study, "local")
+    assert decoder_sizes(study, "local") is None

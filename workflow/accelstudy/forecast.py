@@ -28,13 +28,12 @@ from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from accelstudy import flops, models, points
-from accelstudy.config import random_config
 from accelstudy.cost import Allocation, charged
 from accelstudy.layout import OUTPUTS, STAGE_RULE, StudyLayout, record_files
 from accelstudy.paths import RESOURCES
 from accelstudy.peak import resolve_dtype
 from accelstudy.pruning import chunk_sizes, targets_per_layer
-from accelstudy.snapshots import weights_dir
+from accelstudy.snapshots import config_folder
 from accelstudy.systems import System, every_system
 from accelstudy.tasks import TASKS
 
@@ -125,14 +124,10 @@ def decoder_sizes(config: Mapping[str, Any], model: str) -> dict[str, Any] | Non
         tiny = {name: p.default for name, p in defaults} | spec.get("tiny", {})
         sizes = {name: tiny[key] for name, key in COUNTED.items()}
         return sizes | {"num_key_value_heads": tiny["kv_heads"]}
-    prepared = StudyLayout(config, config["system"]).path("prepare_model", model=model)
-    named = random_config(spec["config"], Path.cwd()) if spec.get("source") == "random" else None
-    folders = (named.parent,) if named else ()  # a random-weight model's config, as named
-    for folder in (*folders, RESOURCES / "models" / model, weights_dir(Path(prepared))):
-        if (folder / "config.json").is_file():
-            found = json.loads((folder / "config.json").read_text())
-            return found if set(found) >= set(COUNTED) else None  # a decoder flops.py can count
-    return None
+    if (folder := config_folder(config, model)) is None:
+        return None
+    found = json.loads((folder / "config.json").read_text())
+    return found if set(found) >= set(COUNTED) else None  # a decoder flops.py can count
 
 
 def parameters(model: Mapping[str, Any]) -> int:

@@ -45,11 +45,10 @@ def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
         environ.setdefault("MASTER_PORT", str(RENDEZVOUS_PORT))
     if "LOCAL_RANK" in environ:
         return
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    # port 0: the group's store binds a free port itself, so no other process can take the
+    # port between its choice and its use (a port found free and then given was, once)
     environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
-    environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
 
 
 def killed_at(step: int) -> None:

@@ -8,11 +8,15 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from accelstudy.config import random_config
 from accelstudy.errors import StudyError
 from accelstudy.files import sha256_file
+from accelstudy.layout import StudyLayout
+from accelstudy.paths import RESOURCES
 
 MANIFEST = "manifest.json"
 # what a job loads from a snapshot; not the original/*.pth or *.bin copies some repos also ship
@@ -120,6 +124,20 @@ def weights_dir(model_dir: Path) -> Path:
     path = Path(model_dir) / MANIFEST
     location = json.loads(path.read_text()).get("path") if path.is_file() else None
     return Path(location) if location else Path(model_dir)
+
+
+def config_folder(study: Mapping[str, Any], model: str) -> Path | None:
+    """The folder of a study's model's config.json, as every plan reads it: a `source: random`
+    model's named config (its jobs build from it), resources/models/<model> (the paper's
+    models, planned offline), else the prepared model's; None before it is prepared."""
+    spec = study["models"].get(model, {})
+    if spec.get("source") == "random" and (found := random_config(spec["config"], Path.cwd())):
+        return found.parent
+    prepared = Path(StudyLayout(study, study["system"]).path("prepare_model", model=model))
+    for folder in (RESOURCES / "models" / model, weights_dir(prepared)):
+        if (folder / "config.json").is_file():
+            return folder
+    return None
 
 
 def identity(model_dir: Path) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import psutil
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from accelstudy.config import random_config
 from accelstudy.errors import ConfigError
 from accelstudy.forecast import DTYPE_BYTES
 from accelstudy.layout import StudyLayout
@@ -20,7 +19,7 @@ from accelstudy.models import load_model_config
 from accelstudy.paths import RESOURCES
 from accelstudy.peak import peak, resolve_dtype
 from accelstudy.points import FinetunePoint, finetune_cells, finetune_point
-from accelstudy.snapshots import weights_dir
+from accelstudy.snapshots import config_folder
 from accelstudy.strategies import STRATEGIES, Loads
 from accelstudy.systems import System
 
@@ -271,15 +270,11 @@ def plan_point(
 
 
 def model_source(config: Mapping[str, Any], model: str) -> Path:
-    """resources/models/<name> (the paper's models, planned offline), a `source: random` model's
-    config (as its jobs read it), else the prepared model."""
-    prepared = Path(StudyLayout(config, config["system"]).path("prepare_model", model=model))
-    spec = config["models"].get(model, {})
-    if spec.get("source") == "random" and (found := random_config(spec["config"], Path.cwd())):
-        return found.parent
-    for path in (RESOURCES / "models" / model, prepared):
-        if (weights_dir(path) / "config.json").is_file():
-            return path
+    """Where a study's model's config.json is (snapshots.config_folder), or one line saying how
+    to make it."""
+    if (folder := config_folder(config, model)) is not None:
+        return folder
+    prepared = StudyLayout(config, config["system"]).path("prepare_model", model=model)
     raise ConfigError(
         f"model '{model}': no config.json in resources/models/{model} or {prepared}; "
         f"prepare the model first (snakemake --configfile <study> {prepared})"
