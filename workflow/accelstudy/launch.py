@@ -159,14 +159,24 @@ class PointJob(Job):
     @staticmethod
     def _rank_here(module: str, argv: list[str], environ: dict[str, str]) -> int:
         """The worker's main in this process, as its one rank (ranks.rank_environment gives it
-        a 1-process group); an error in it is the point's failure, as a rank's exit would be."""
+        a 1-process group); an error in it is the point's failure, as a rank's exit would be.
+        After it, the process is as before: its environment, and no process group (a caller
+        that goes on, a test's or a bench's process, may start another point or a subprocess)."""
+        import torch.distributed
+
         log.info("running %s here, as its one rank: %s", module, " ".join(argv))
+        before = dict(os.environ)
         os.environ.update(environ)
         try:
             return int(importlib.import_module(module).main(argv))
         except Exception:  # its traceback in the job log, then the one line of PointFailed
             log.exception("%s failed", module)
             return 1
+        finally:
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()  # left by a rank that did not finish
+            os.environ.clear()
+            os.environ.update(before)
 
     def write(self, measured: Record) -> dict[str, Any]:
         """A point's record also says its wall time and where each rank ran; log its status."""
