@@ -8,6 +8,7 @@ its smoke run."""
 import os
 import re
 import runpy
+import signal
 import sys
 import tempfile
 
@@ -41,6 +42,7 @@ CHECKED = {
     "vs_lm_eval.py": ("lm_eval_over_ours", 0.5, None),  # two pages: mostly imports
     "vs_trainer.py": ("ours_over_trainer", 1e-9, None),  # a tiny model's ms steps
 }
+TIMEOUT_S = 300  # one smoke run at most
 BOUND = re.compile(r"^bound: (\S+) (\S+) (within|OUTSIDE) \[", re.MULTILINE)
 
 
@@ -74,6 +76,12 @@ def run_script(script: str, args: list[str], tmp_path, monkeypatch, capfd) -> tu
     monkeypatch.chdir(ROOT)
     threads, status = torch.get_num_threads(), 0
     capfd.readouterr()
+
+    def overdue(*_: object) -> None:  # as the subprocess's timeout was: a hung bench fails
+        raise TimeoutError(f"bench/{script} {' '.join(args)}: over {TIMEOUT_S} s")
+
+    handler = signal.signal(signal.SIGALRM, overdue)
+    signal.alarm(TIMEOUT_S)
     try:
         runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
     except SystemExit as exit:  # sys.exit(main()), or SystemExit("why") as Python prints it
@@ -81,6 +89,8 @@ def run_script(script: str, args: list[str], tmp_path, monkeypatch, capfd) -> tu
         if exit.code is not None and not isinstance(exit.code, int):
             print(exit.code, file=sys.stderr)
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, handler)
         torch.set_num_threads(threads)
     out, err = capfd.readouterr()
     return status, out, err
