@@ -15,18 +15,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/
 
 from accelstudy.data.standin import standin_rows
 from accelstudy.evaluate.multiple_choice import decide, score_items, tokenize_request
 from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS
 from common import best_of, judge, load_model, parse_args, set_threads
-
-from tests.scoring_references import (
-    score_padded_batch,
-    score_separately,
-    score_shared_context,
-)
+from scoring_references import score_padded_batch, score_separately, score_shared_context
 
 
 def main() -> int:

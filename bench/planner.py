@@ -1,20 +1,26 @@
 """The memory planner held to runs it was not fitted to: predicted beside measured, per point.
 
 A few LoRA steps per point through the launcher the pipeline uses, on whatever device is
-present. On the CPU the planner's fitted constants (resources/planner_constants.csv names the
-runs each was fitted on) came from the tiny Llama and SmolLM2-135M at 128-512 tokens. The first
-held-out grid judged it elsewhere: a scaled-down Qwen2 shape (random init: tied embeddings, GQA,
+present. The card figure is what a device's allocator counts, on every kind: the largest
+rank's peak bytes of live tensors (max_memory_allocated on a card; on the CPU the peak of torch's
+allocations, summed from the profiler's memory events in a run of its own, as the profiler's
+event buffers pin glibc's heap) against the planner's tensors (plan_tensors: no fitted
+constant). The host figure is each rank's peak RSS (VmHWM) in a plain run against the host plan
+(plan_host); on the CPU it holds what a rank keeps beyond its tensors, the process and glibc's
+heap, so every fitted CPU constant is judged there (resources/planner_constants.csv names the
+runs each was fitted on: the tiny Llama and SmolLM2-135M at 128-512 tokens).
+The held-out grid on the CPU: a scaled-down Qwen2 shape (random init: tied embeddings, GQA,
 biases on q/k/v) at 64 tokens on 1 and 2 ranks, every strategy, and at 1024 tokens on 2 ranks,
-every strategy and both attentions; the tiny Llama at 1024 tokens on 1 rank. A second family
-no constant has seen: a Gemma shape (multi-query attention, head_dim apart from the width,
+every strategy and both attentions; the tiny Llama at 1024 tokens on 1 rank; a second family
+no constant has seen, a Gemma shape (multi-query attention, head_dim apart from the width,
 GeGLU, a 4k vocabulary) at 256 tokens on 1 and 2 ranks, every strategy, eager attention at 2
-ranks, and at 2048 tokens. Measure with nothing else running: a point's RSS repeats within
-1-2 MB on a quiet machine and grew 15-20% beside a test suite (docs/measurements.md).
+ranks, and at 2048 tokens; both families again at 6 layers of width 768 (160-230 MB of
+weights, float32), where a rank's tensors outweigh its process. Measure with nothing else
+running: a point's RSS repeats within 1-2 MB on a quiet machine and grew 15-20% beside a test
+suite (docs/measurements.md).
 On a GPU, TinyLlama-1.1B's and Llama-3.1-8B's shapes with random weights on the cards present
-(at most 2). Per point it sets the planner's card memory (plan_card) beside the largest rank's
-measured peak (on the CPU its RSS growth after start-up, as the record's), and its host plan
-(plan_host) beside each rank's peak RSS (VmHWM). Bounds (issue #46): card within [0, +35%] of
-measured, host within [-10%, +50%], every point and rank; one outside fails the bench.
+(at most 2). Bounds (issue #46): card within [0, +35%] of measured, host within [-10%, +50%],
+every point and rank; one outside fails the bench.
 --tiny: the held-out family at 64 tokens, 1 rank, DDP with fused attention (a smoke run), held
 only to what one run of a 100 MB rank can judge beside the suite's other work: each error
 within [-50%, +100%] (the planner is in the right range, and the figures are measured).
@@ -23,6 +29,9 @@ within [-50%, +100%] (the planner is in the right range, and the figures are mea
 from __future__ import annotations
 
 import itertools
+import json
+import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -33,9 +42,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from accelstudy.device import resolve
-from accelstudy.finetune.planner import plan_card, plan_host
+from accelstudy.finetune.planner import plan_host, plan_tensors
 from accelstudy.models import load_model_config, prepare_model, save_prepared, train_tiny_tokenizer
-from accelstudy.points import FinetunePoint, Lora
+from accelstudy.points import FinetunePoint
 from accelstudy.random_source import is_random
 from accelstudy.strategies import STRATEGIES
 from accelstudy.systems import load_system
@@ -75,9 +84,22 @@ GEMMA_SHAPED = {
     "tie_word_embeddings": True,
     "hidden_activation": "gelu_pytorch_tanh",
 }
+# the same makes at sizes where a rank's tensors outweigh its process (160-230 MB of weights):
+# 6 layers of width 768, an 8k vocabulary
+LARGE = {"hidden_size": 768, "num_hidden_layers": 6, "vocab_size": 8192}
 SHAPED = {
     "qwen2-shaped": ("Qwen2Config", QWEN2_SHAPED),
     "gemma-shaped": ("GemmaConfig", GEMMA_SHAPED),
+    "qwen2-large": (
+        "Qwen2Config",
+        QWEN2_SHAPED
+        | LARGE
+        | dict(intermediate_size=2048, num_attention_heads=12, num_key_value_heads=2),
+    ),
+    "gemma-large": (
+        "GemmaConfig",
+        GEMMA_SHAPED | LARGE | dict(intermediate_size=3072, num_attention_heads=8, head_dim=128),
+    ),
 }
 SPECS = {  # prepare-model specs; the "-shaped" ones are made in the scratch folder (prepared)
     "tiny-llama": {"source": "tiny-random", "tiny": {}},
@@ -94,6 +116,7 @@ class Grid(NamedTuple):
     ranks: tuple[int, ...]
     strategies: tuple[str, ...] = STRATEGY_NAMES
     attentions: tuple[str, ...] = BOTH
+    dtype: str = "bfloat16"  # float32 for the large shapes: bfloat16 is emulated on AVX2 alone
 
 
 GRIDS = {  # per device kind: the held-out points, and on the CPU the first grid's (see below)
@@ -107,6 +130,10 @@ GRIDS = {  # per device kind: the held-out points, and on the CPU the first grid
         Grid("qwen2-shaped", (64,), (1,), ("ddp",), ("eager",)),
         Grid("qwen2-shaped", (1024,), (2,)),  # long blocks: each strategy, both attentions
         Grid("tiny-llama", (1024,), (1,), ("ddp",)),  # a fitted family at a new length, 1 rank
+        # both families at hundreds of MB a rank, float32
+        Grid("qwen2-large", (64,), (1, 2), attentions=("fused",), dtype="float32"),
+        Grid("qwen2-large", (1024,), (2,), ("ddp",), dtype="float32"),
+        Grid("gemma-large", (256,), (1,), attentions=("fused",), dtype="float32"),
     ),
     "cuda": (Grid("tinyllama-1.1b", (512,), (2,)), Grid("llama-3.1-8b", (512,), (2,))),
 }
@@ -115,6 +142,42 @@ SYSTEM = {"cpu": "cpu", "cuda": "gpu-workstation"}
 TINY_BOUNDS = {
     f"{side}_error_{end}": (-0.5, 1.0) for side in ("card", "host") for end in ("min", "max")
 }
+# a CPU rank as the launcher runs it, torch's allocations traced (the profiler's memory events)
+# from where the record's peak starts to where it is read; each rank writes its peak bytes live
+TRACED_RANK = """import os, runpy
+import transformers
+from torch.autograd.profiler import record_function
+from torch.profiler import ProfilerActivity, profile
+from accelstudy.device import Device
+
+traced = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+reset, read = Device.reset_peak_memory, Device.peak_memory_bytes
+step = transformers.Trainer.training_step
+
+def start(self):
+    reset(self)
+    traced.start()
+
+def stepped(self, *args, **kwargs):
+    with record_function("bench::step"):
+        return step(self, *args, **kwargs)
+
+def stop(self):
+    traced.stop()
+    events = traced.profiler.kineto_results.events()
+    first = min(e.start_ns() for e in events if e.name() == "bench::step")
+    live, peaks = 0, [0, 0]  # over the run; from the first step
+    for at, size in sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"):
+        live += size
+        peaks = [max(peaks[0], live), max(peaks[1], live) if at >= first else 0]
+    with open(os.environ["BENCH_ALLOCATED"] + "-" + os.environ["RANK"], "w") as out:
+        out.write(str(peaks))
+    return read(self)
+
+Device.reset_peak_memory, Device.peak_memory_bytes = start, stop
+transformers.Trainer.training_step = stepped
+runpy.run_module("accelstudy.finetune.train", run_name="__main__", alter_sys=True)
+"""
 BOUNDS = {  # predicted / measured - 1 over every point (host: every rank)
     "card_error_min": (0.0, None),
     "card_error_max": (None, 0.35),
@@ -123,32 +186,51 @@ BOUNDS = {  # predicted / measured - 1 over every point (host: every rank)
 }
 
 
-def point(strategy: str, attention: str, cards: int, seq: int) -> FinetunePoint:
-    """The study's recipe (LoRA r64 on q and v, bf16), short: 4 steps, 2 of warm-up; micro-
-    batches of 2 blocks, 1 from 1024 tokens (a bfloat16 step without its units takes minutes)."""
-    lora = Lora(rank=64, alpha=64, dropout=0.05, targets=("q_proj", "v_proj"))
-    shape = dict(per_device_batch=1 if seq >= 1024 else 2, grad_accum=2, max_seq_length=seq)
-    recipe = dict(dtype="bfloat16", learning_rate=3e-4, max_grad_norm=0.3, lora=lora)
-    steps = dict(max_steps=4, throughput_warmup_steps=2, data={"source": "standin"})
-    fixed = dict(strategy=strategy, attention=attention, cards=cards, method="lora")
-    return FinetunePoint(**fixed, **shape, **recipe, **steps)
+def point(strategy: str, attention: str, cards: int, seq: int, dtype: str) -> FinetunePoint:
+    """The study's recipe (the schema's defaults: LoRA r64 on q and v, bf16), short: 4 steps, 2
+    of warm-up; micro-batches of 2 blocks, 1 from 1024 tokens (a bfloat16 step without its units
+    takes minutes)."""
+    shape = dict(per_device_batch=1 if seq >= 1024 else 2, max_seq_length=seq)
+    return FinetunePoint(strategy=strategy, attention=attention, cards=cards, max_steps=4,
+                         throughput_warmup_steps=2, dtype=dtype, **shape)  # fmt: skip
 
 
-def errors(spec: FinetunePoint, model_dir: Path, result: dict) -> dict[str, Any]:
-    """predicted / measured - 1: the card (largest rank's peak) and the host (every rank)."""
-    config, metrics, kind = load_model_config(model_dir), result["metrics"], result["device"]
-    card = plan_card(config, spec, kind).total
+def errors(spec: FinetunePoint, model_dir: Path, card_peak: int, steps_peak: int,
+           host_peaks: list) -> dict:  # fmt: skip
+    """predicted / measured - 1: the card (largest rank's allocator peak over the run) and the
+    host (each rank's VmHWM); the allocator's peak from the first step shown beside (NaN: not
+    measured apart, on a card)."""
+    config, kind = load_model_config(model_dir), resolve("auto").kind
+    card = plan_tensors(config, spec).total
     per_node = load_system(SYSTEM[kind]).layout(spec.cards)[1]
     host = plan_host(config, spec, kind, per_node, random_weights=is_random(model_dir)).per_rank
-    measured = metrics["host_peak_rss_per_rank"]
-    hosts = [p / m - 1 for p, m in zip(host, measured, strict=False)]
+    hosts = [p / m - 1 for p, m in zip(host, host_peaks, strict=False)]
     return {
-        "card": card / metrics["peak_memory_bytes"] - 1,
+        "card": card / card_peak - 1,
         "host_min": min(hosts),
         "host_max": max(hosts),
-        "card_mb": (card / 1e6, metrics["peak_memory_bytes"] / 1e6),
-        "host_mb": ([h / 1e6 for h in host], [m / 1e6 for m in measured]),
+        "card_mb": (card / 1e6, card_peak / 1e6, steps_peak / 1e6),
+        "host_mb": ([h / 1e6 for h in host], [m / 1e6 for m in host_peaks]),
     }
+
+
+def measure(spec: FinetunePoint, model_dir: Path, threads: int) -> tuple[int, float, list]:
+    """(the largest rank's allocator peak over the run and from its first step, each rank's
+    VmHWM): on a card from one run; on the CPU from a traced run (TRACED_RANK) and a plain one."""
+    out, kind = model_dir.parent / "point.json", resolve("auto").kind
+    plain = launch_point(spec, model_dir, out, SYSTEM[kind], threads)["metrics"]
+    if kind != "cpu":
+        return plain["peak_memory_bytes"], math.nan, plain["host_peak_rss_per_rank"]
+    (model_dir.parent / "traced_rank.py").write_text(TRACED_RANK)
+    files = model_dir.parent / "allocated"
+    path = os.pathsep.join(filter(None, [str(model_dir.parent), os.environ.get("PYTHONPATH")]))
+    # transformers reads weights in a pool of threads, whose allocations the profiler (on the
+    # main thread) does not see: the traced run reads them on the main thread
+    env = {"PYTHONPATH": path, "BENCH_ALLOCATED": str(files), "HF_DEACTIVATE_ASYNC_LOAD": "1"}
+    launch_point(spec, model_dir, out, "cpu", threads, "traced_rank", env)
+    peaks = [json.loads(Path(f"{files}-{rank}").read_text()) for rank in range(spec.cards)]
+    run, steps = (max(peak[i] for peak in peaks) for i in (0, 1))
+    return run, steps, plain["host_peak_rss_per_rank"]
 
 
 def prepared(name: str, scratch: Path) -> Path:
@@ -182,7 +264,7 @@ def main() -> int:
     grids = (TINY,) if args.tiny else GRIDS[kind]
     found: list[dict[str, Any]] = []
     head = f"{'model':14s} {'seq':>5s} {'ranks':>5s} {'strategy':8s} {'attention':9s}"
-    print(f"{head} {'card':>7s} {'host':>15s}  card MB plan/measured; host MB per rank")
+    print(f"{head} {'card':>7s} {'host':>15s}  card MB plan/run/steps; host MB plan / VmHWM")
     with tempfile.TemporaryDirectory(prefix="bench-planner-") as scratch:
         for grid in grids:
             model_dir = prepared(grid.model, Path(scratch))
@@ -191,14 +273,12 @@ def main() -> int:
             ):
                 if kind == "cuda":
                     ranks = min(ranks, torch.cuda.device_count())
-                run = point(strategy, attention, ranks, seq)
-                out = model_dir.parent / "point.json"
-                result = launch_point(run, model_dir, out, SYSTEM[kind], args.threads)
-                found.append(errors(run, model_dir, result))
+                run = point(strategy, attention, ranks, seq, grid.dtype)
+                found.append(errors(run, model_dir, *measure(run, model_dir, args.threads)))
                 e = found[-1]
                 shown = f"{e['card']:+7.1%} {e['host_min']:+7.1%}/{e['host_max']:+7.1%}"
-                (plan, peak), (hosts, rss) = e["card_mb"], e["host_mb"]
-                mb = f"{plan:.0f}/{peak:.0f}; {'/'.join(f'{h:.0f}' for h in hosts)}"
+                (plan, peak, steps), (hosts, rss) = e["card_mb"], e["host_mb"]
+                mb = f"{plan:.0f}/{peak:.0f}/{steps:.0f}; {'/'.join(f'{h:.0f}' for h in hosts)}"
                 mb += f" / {'/'.join(f'{m:.0f}' for m in rss)}"
                 print(f"{grid.model:14s} {seq:5d} {ranks:5d} {strategy:8s} {attention:9s} "
                       f"{shown}  {mb}", flush=True)  # fmt: skip

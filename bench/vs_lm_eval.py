@@ -26,15 +26,13 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from accelstudy.data.sources import read_prepared  # noqa: E402
 from accelstudy.evaluate.perplexity import documents  # noqa: E402
 from accelstudy.tasks import TASKS, relevant_settings  # noqa: E402
 from common import judge, parse_bound  # noqa: E402
-
-from tests.harness_tasks import task_yaml  # noqa: E402
+from harness_tasks import task_yaml  # noqa: E402
 
 BIN = Path(sys.executable).parent
 # the model's name and spec: the embedded SmolLM2-135M, or (--tiny) a tiny random Llama

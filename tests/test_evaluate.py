@@ -27,14 +27,14 @@ from accelstudy.evaluate.prompts import (
 )
 from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
 
-from tests.conftest import EVAL_SETTINGS
-from tests.scoring_references import (
+from bench.scoring_references import (
     Score,
     score_padded_batch,
     score_separately,
     score_shared_context,
     score_shared_contexts,
 )
+from tests.conftest import EVAL_SETTINGS
 
 
 @pytest.mark.parametrize(("task", "protocol"), sorted(CHOICE_PROTOCOLS))

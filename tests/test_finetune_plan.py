@@ -10,17 +10,17 @@ import pytest
 from accelstudy import launch, ranks
 from accelstudy.errors import ConfigError
 from accelstudy.finetune import planner
-from accelstudy.finetune.planner import plan_card, plan_host, plan_point
+from accelstudy.finetune.planner import plan_card, plan_host, plan_point, plan_tensors
 from accelstudy.models import load_model_config
+from accelstudy.paths import RESOURCES
 from accelstudy.peak import resolve_dtype
 from accelstudy.points import FinetunePoint, Lora
+from accelstudy.strategies import states_held
 from accelstudy.study import validate_study
 from accelstudy.systems import load_system
 
 from tests.conftest import TINY_CONFIG
 from tests.test_finetune_train import make_point, run_worker
-
-STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,26 @@ def test_model_state_bytes_within_5_percent(strategy, tiny_dir, tmp_path):
 def assert_states_as_planned(model_dir, point, metrics) -> None:
     predicted = plan_card(load_model_config(model_dir), point, "cpu").model_states
     for held in metrics["model_state_bytes"]:
-        assert predicted == pytest.approx(sum(held[k] for k in STATE_KEYS), rel=0.05)
+        assert predicted == pytest.approx(states_held(held), rel=0.05)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero3", "fsdp"])
+@pytest.mark.parametrize("attention", ["fused", "eager"])
+def test_a_card_plan_is_the_tensors_and_what_its_device_adds(strategy, attention):
+    """plan_tensors, what bench/planner.py holds to an allocator's peak, takes no device's
+    constant; plan_card adds the device's framework (a card's context) and, on the CPU, what
+    the heap keeps and eager attention's scores, all beyond the states and gathered layers."""
+    config = load_model_config(RESOURCES / "models" / "tinyllama-1.1b")
+    point = FinetunePoint(strategy=strategy, attention=attention, cards=2)
+    tensors = plan_tensors(config, point)
+    assert tensors.overhead == 0 and tensors.model_states > 0 and tensors.activations > 0
+    cuda, cpu = plan_card(config, point, "cuda"), plan_card(config, point, "cpu")
+    added = planner.FRAMEWORK_OVERHEAD["cuda"] + planner.PROCESS_GROUP.get("cuda", 0)
+    assert cuda.total - tensors.total == added and cuda.activations == tensors.activations
+    for plan in (cuda, cpu):
+        assert (plan.model_states, plan.gathered) == (tensors.model_states, tensors.gathered)
+    assert cpu.overhead > planner.FRAMEWORK_OVERHEAD["cpu"]  # the heap's kept bytes
+    assert (cpu.activations > tensors.activations) == (attention == "eager")
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ from accelstudy.evaluate import evaluate_task
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
+from bench.harness_tasks import task_yaml
 from tests.conftest import EVAL_SETTINGS
-from tests.harness_tasks import task_yaml
 
 N_ITEMS = 24
 

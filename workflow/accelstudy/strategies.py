@@ -2,10 +2,22 @@
 what each one is, for the trainer set-up, the launcher, the memory planner, the study's checks
 and the report, so that no module branches on a strategy's name."""
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 STATES = frozenset({"parameters", "gradients", "optimizer"})  # what a strategy may split
+# the model-state bytes a rank records (finetune.engines.held_bytes), by kind; the whole copies
+# (ZeRO-3's gathered tensors) are a part of the parameters' bytes, not beside them
+WHOLE_COPIES = "params_whole_copies"
+STATE_KEYS = ("params_trainable", "params_frozen", WHOLE_COPIES, "grads", "master_fp32",
+              "optimizer_states")  # fmt: skip
+
+
+def states_held(held: Mapping[str, float]) -> float:
+    """A rank's model-state bytes in all, from its recorded counts (NaN where one is missing)."""
+    return sum(held.get(key, math.nan) for key in STATE_KEYS if key != WHOLE_COPIES)
 
 
 class Loads(StrEnum):

@@ -1,5 +1,5 @@
 """Multiple-choice accuracy (HellaSwag, BoolQ): each context runs once, its continuations packed
-after it (`score_shared_contexts`; tests/scoring_references.py holds it to scoring each in full)."""
+after it (`score_shared_contexts`; bench/scoring_references.py holds it to scoring each in full)."""
 
 import itertools
 from dataclasses import asdict, dataclass

@@ -13,11 +13,9 @@ from transformers import Trainer, TrainingArguments
 
 from accelstudy.paths import PROJECT_ROOT
 from accelstudy.points import FinetunePoint
-from accelstudy.strategies import STRATEGIES
+from accelstudy.strategies import STATE_KEYS, STRATEGIES, WHOLE_COPIES
 
 ATTENTION = {"fused": "sdpa", "eager": "eager"}
-PARAMETER_KEYS = ("params_trainable", "params_frozen", "params_whole_copies")
-STATE_KEYS = (*PARAMETER_KEYS, "grads", "master_fp32", "optimizer_states")
 BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 QUIET = dict(save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True)
 # The authors' FSDP in FSDP2 terms (FSDP2 always has their use_orig_params and BACKWARD_PRE);
@@ -165,6 +163,12 @@ class StrategyTrainer(Trainer):
             shared["distributed_type"] = DistributedType.FSDP
         self.is_fsdp_enabled = True
 
+    def _move_model_to_device(self, model: torch.nn.Module, device: torch.device) -> None:
+        """Not to a CPU: accelerate's CPU device is cpu:0, which torch takes for another device
+        than the weights' cpu, so the move copied every tensor, the weights twice at once."""
+        if device.type != "cpu":
+            super()._move_model_to_device(model, device)
+
 
 def _bytes(tensor: torch.Tensor | None) -> int:
     if tensor is None:
@@ -182,7 +186,7 @@ def held_bytes(model: torch.nn.Module, optimizer: Any) -> dict[str, int]:
         if hasattr(param, "ds_tensor"):
             whole = _bytes(param.data)  # empty unless DeepSpeed holds it gathered
             counts[kind] += _bytes(param.ds_tensor) + whole
-            counts["params_whole_copies"] += whole
+            counts[WHOLE_COPIES] += whole
         else:
             counts[kind] += _bytes(param)
             counts["grads"] += _bytes(param.grad)

@@ -4,7 +4,7 @@ alone (meta device), so the paper's 8B-70B models plan offline from resources/mo
 import csv
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,35 +168,49 @@ def layer_activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> in
     return b * s * per_token * width + scores
 
 
-def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryPlan:
-    """Per-card bytes; a sharded rank gathers the unwrapped rest and two layers (now and next), and
-    ZeRO-3 keeps gathered what the step reuses within stage3_max_reuse_distance: at the turn from
-    forward to backward the layers within half of it (each crossed twice), a small model whole."""
+def plan_tensors(config: PretrainedConfig, point: FinetunePoint) -> MemoryPlan:
+    """A rank's tensors at its peak, what its allocator counts on any device (a card's
+    max_memory_allocated). A sharded rank gathers the unwrapped rest and two layers (now and
+    next), and ZeRO-3 keeps gathered what the step reuses within stage3_max_reuse_distance: at
+    the turn from forward to backward the layers within half of it (each crossed twice), a small
+    model whole."""
     model = meta_model(config)
     states = model_state_bytes(model, point) | {"activations": activation_bytes(config, point)}
     layers = model.get_decoder().layers
     layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
-    engine, width = STRATEGIES[point.strategy].engine, DTYPE_BYTES[point.dtype]
     sharded = "parameters" in STRATEGIES[point.strategy].shards and point.cards > 1
     gathered = total - len(layers) * layer + 2 * layer
-    if engine == "deepspeed":
+    if STRATEGIES[point.strategy].engine == "deepspeed":
         gathered = max(gathered, min(total, ZERO3_REUSE // 2))
+    width = DTYPE_BYTES[point.dtype]
+    return MemoryPlan(**states, gathered=gathered * width if sharded else 0, overhead=0)
+
+
+def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryPlan:
+    """Per-card bytes: the tensors (plan_tensors) and what the device holds beyond its
+    allocator's count, its framework's; on the CPU, whose "card" is the process's RSS, also what
+    glibc's heap keeps of freed tensors (CPU_HEAP_KEPT) and eager attention's scores."""
+    tensors, model = plan_tensors(config, point), meta_model(config)
+    layers = model.get_decoder().layers
+    layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
+    engine, width = STRATEGIES[point.strategy].engine, DTYPE_BYTES[point.dtype]
     overhead = FRAMEWORK_OVERHEAD[device] + (CPU_ENGINE.get(engine, 0) if device == "cpu" else 0)
     overhead += PROCESS_GROUP.get(device, 0) if point.cards > 1 else 0
-    if device == "cpu":  # what the heap keeps (CPU_HEAP_KEPT) and eager attention's scores
-        states["activations"] += cpu_eager_bytes(config, point)
-        if engine not in CPU_HEAP_KEPT:  # an engine registered without its measured row
-            row = f"engine '{engine}' has no cpu_heap_kept row in resources/planner_constants.csv"
-            raise ConfigError(f"{row}: measure one (bench/planner.py) and add it")
-        kept, each = CPU_HEAP_KEPT[engine], layer * width
-        if engine == "ddp":
-            overhead += kept * total * width
-        elif engine == "deepspeed":
-            overhead += kept * len(layers) * each
-        else:  # forward and backward, at least the layer's gathered buffer
-            reused = layer_activation_bytes(config, point)
-            overhead += 2 * len(layers) * max(kept * each - reused, each)
-    return MemoryPlan(**states, gathered=gathered * width if sharded else 0, overhead=int(overhead))
+    if device != "cpu":
+        return replace(tensors, overhead=int(overhead))
+    if engine not in CPU_HEAP_KEPT:  # an engine registered without its measured row
+        row = f"engine '{engine}' has no cpu_heap_kept row in resources/planner_constants.csv"
+        raise ConfigError(f"{row}: measure one (bench/planner.py) and add it")
+    kept, each = CPU_HEAP_KEPT[engine], layer * width
+    if engine == "ddp":
+        overhead += kept * total * width
+    elif engine == "deepspeed":
+        overhead += kept * len(layers) * each
+    else:  # forward and backward, at least the layer's gathered buffer
+        reused = layer_activation_bytes(config, point)
+        overhead += 2 * len(layers) * max(kept * each - reused, each)
+    activations = tensors.activations + cpu_eager_bytes(config, point)
+    return replace(tensors, activations=activations, overhead=int(overhead))
 
 
 def plan_host(

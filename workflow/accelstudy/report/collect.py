@@ -13,13 +13,13 @@ from accelstudy.accounting import ran_during
 from accelstudy.errors import StudyError
 from accelstudy.files import read_json
 from accelstudy.layout import beside, misplaced
+from accelstudy.strategies import states_held
 
 SOURCE_LABELS = {"standin": "stand-in", "hf": "Hugging Face", "local": "local file"}
 RECORD_KEYS = ("study", "stage", "system", "device", "model", "task", "method")
 # a fine-tuning or SR3 point's parameters the tables group by, and the per-rank model-state bytes
 POINT_KEYS: tuple[str, ...] = ("strategy", "attention", "cards", "devices", "repeat", "seed")
 POINT_KEYS += ("max_steps", "per_device_batch", "grad_accum", "max_seq_length", "dtype")
-MODEL_STATE_KEYS = ("params_trainable", "params_frozen", "grads", "master_fp32", "optimizer_states")
 NAN = float("nan")
 # a record's rates, energies and charges: each, where present, above zero
 FIGURES = {
@@ -74,7 +74,7 @@ def flatten(record: dict) -> dict:
         "status": "ok-resumed" if resumed else metrics.get("status", ""),
         **{key: metrics.get(key, "") for key in ("held_out_for", "peak_memory_method")},
         **{key: record["parameters"].get(key) for key in POINT_KEYS},
-        "model_states_rank0": sum(rank0.get(key, NAN) for key in MODEL_STATE_KEYS),
+        "model_states_rank0": states_held(rank0),
         "wall_time_s": metrics["wall_time_s"],
         "losses": metrics.get("losses") if record["stage"] == "finetune" else None,
         **energy_and_cost(record),
