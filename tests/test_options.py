@@ -110,3 +110,26 @@ def test_who_loads_the_weights_is_one_of_three():
     assert strategies.Strategy("z", "Z", "ddp", loads="rank 0").loads is strategies.Loads.RANK_ZERO
     with pytest.raises(ValueError, match="'rank zero' is not a valid Loads"):
         strategies.Strategy("z", "Z", "ddp", loads="rank zero")
+
+
+def test_the_protocols_are_one_list(monkeypatch):
+    """tasks.PROTOCOLS names them for the config's tasks.<name>.protocols, a record's protocol
+    and the CLI's --protocol; neither schema file lists them itself."""
+    from accelstudy import options, records, tasks
+    from accelstudy.cli import build_parser
+
+    actions = build_parser()._subparsers._group_actions[0].choices["baseline"]._actions
+    assert next(a for a in actions if a.dest == "protocol").choices is tasks.PROTOCOLS
+    monkeypatch.setattr(tasks, "PROTOCOLS", (*tasks.PROTOCOLS, "helm"))
+    monkeypatch.setattr(options, "PROTOCOLS", tasks.PROTOCOLS)
+    monkeypatch.setattr(records, "PROTOCOLS", tasks.PROTOCOLS)
+    options._schema.cache_clear()
+    try:
+        assert options.node("tasks.*.protocols")["items"]["enum"][-1] == "helm"
+        assert records.record_schema()["properties"]["protocol"]["enum"][-1] == "helm"
+    finally:
+        options._schema.cache_clear()
+    for schema in ("config", "record"):
+        assert (
+            "lm-eval" not in (ROOT / "workflow" / "schemas" / f"{schema}.schema.yaml").read_text()
+        )

@@ -134,3 +134,30 @@ def test_a_block_that_fails_after_the_measurement_is_marked_not_the_record_lost(
     assert written["provenance"]["status"] == "error"
     assert written["provenance"]["reason"] == "RuntimeError: the probe failed"
     assert len(written["provenance"]["config_hash"]) == 16
+
+
+def test_the_start_up_phases_a_record_takes_are_the_timelines(monkeypatch, tmp_path):
+    """The schema names no phase itself: records.record_schema fills it from timeline.STARTUP,
+    so a phase added there is one a record may carry, and one outside it is refused."""
+    from accelstudy import timeline
+
+    def with_phases(**phases) -> dict:
+        made = record()
+        made["provenance"]["timeline"]["phases"] = phases
+        return made
+
+    write_record(tmp_path / "r.json", with_phases(**{f"{p}_s": 0.5 for p in timeline.STARTUP}))
+    with pytest.raises(jsonschema.ValidationError, match="compile_s"):
+        write_record(tmp_path / "r.json", with_phases(compile_s=0.5))
+    monkeypatch.setattr(timeline, "STARTUP", (*timeline.STARTUP, "compile"))
+    write_record(tmp_path / "r.json", with_phases(compile_s=0.5))
+
+
+def test_a_record_stage_is_one_of_the_layouts(monkeypatch, tmp_path):
+    """The stages a record may name are layout.RECORD_STAGES, which the schema takes."""
+    from accelstudy import records
+
+    with pytest.raises(jsonschema.ValidationError, match="pruned"):
+        write_record(tmp_path / "r.json", record(stage="pruned"))
+    monkeypatch.setattr(records, "RECORD_STAGES", (*records.RECORD_STAGES, "pruned"))
+    write_record(tmp_path / "r.json", record(stage="pruned"))

@@ -15,7 +15,7 @@ from accelstudy.options import argument, filled, node
 from accelstudy.paths import PAPER
 from accelstudy.points import DiffusionPoint, FinetunePoint
 from accelstudy.strategies import STRATEGIES
-from accelstudy.tasks import SPLITS, TASK_NAMES
+from accelstudy.tasks import PROTOCOLS, SPLITS, TASK_NAMES
 
 
 def _json(text: str) -> Any:
@@ -135,7 +135,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("split", {"required": True, "choices": SPLITS}), "out"]),
     "baseline": ("evaluate the unquantized model on one task", "evaluate.baseline:baseline",
         ["study", "system", "model-name", "task", "data-source",
-         ("protocol", {"required": True, "choices": ["paper", "lm-eval"]}), "model-dir", "data",
+         ("protocol", {"required": True, "choices": PROTOCOLS}), "model-dir", "data",
          ("settings", {"help": "the evaluation config block"}), "limit", "device", "out",
          ("items", {"help": "per-item results (Parquet)"}), "params-digest"]),
     "report": ("collect records into tables, figures and the report", _report,

@@ -30,8 +30,11 @@ OUTPUTS = {
     "report": "{results}/report/index.html",
 }  # fmt: skip
 BESIDE = {"items": ".items.parquet", "samples": ".samples.npz", "source": ".source.json"}
+# a record's stage: the measuring stages' (a record per job, per system) and the sensitivity scan's
+MEASURED_STAGES = ("baseline", "quantized", "finetune", "diffusion")
+RECORD_STAGES = ("baseline", "sensitivity", *MEASURED_STAGES[1:])
 STAGE_RULE = {"quantized": "quantize"}  # a record's stage -> the rule that writes it (else its own)
-MEASURING = ("baseline", "quantize", "finetune", "diffusion")  # a record per job, per system
+MEASURING = tuple(STAGE_RULE.get(stage, stage) for stage in MEASURED_STAGES)
 MEASURING_FOLDERS = tuple(OUTPUTS[rule].split("/")[1] for rule in MEASURING)
 
 

@@ -12,7 +12,7 @@ from accelstudy.paths import SCHEMAS, require_project_files
 from accelstudy.pruning import FAMILIES, GRANULARITIES
 from accelstudy.recipes import RECIPES
 from accelstudy.strategies import STRATEGIES
-from accelstudy.tasks import TASK_NAMES, TASKS
+from accelstudy.tasks import PROTOCOLS, TASK_NAMES, TASKS
 
 
 @cache
@@ -21,6 +21,7 @@ def _schema() -> dict[str, Any]:
     loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
     ptq, names = loaded["properties"]["ptq"]["properties"], {"enum": list(TASK_NAMES)}
     loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = names
+    loaded["$defs"]["task"]["properties"]["protocols"]["items"] = {"enum": list(PROTOCOLS)}
     ptq["recipes"]["items"] = {"enum": list(RECIPES)}
     ptq["granularity"]["enum"], ptq["family"]["enum"] = list(GRANULARITIES), list(FAMILIES)
     strategies = loaded["properties"]["finetune"]["properties"]["strategies"]

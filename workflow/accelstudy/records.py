@@ -23,8 +23,10 @@ from accelstudy.config import config_hash
 from accelstudy.cost import Allocation, allocation, charged
 from accelstudy.energy import EnergyMeter, combine, per_unit
 from accelstudy.files import read_json, write_json
+from accelstudy.layout import RECORD_STAGES
 from accelstudy.paths import CHECKOUT, MARKER, SCHEMAS
 from accelstudy.systems import System, load_system
+from accelstudy.tasks import PROTOCOLS
 
 SCHEMA_VERSION = 2  # bump when a record's fields change meaning; `compare` matches only this one
 VERSIONED_PACKAGES = (  # noqa: SIM905 (a list of names, one line)
@@ -119,11 +121,21 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
     }
 
 
+def record_schema() -> dict[str, Any]:
+    """record.schema.yaml, its stages (layout.RECORD_STAGES), start-up phases (timeline.STARTUP)
+    and protocols (tasks.PROTOCOLS) named from the one list of each."""
+    schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
+    schema["properties"]["protocol"] = {"enum": list(PROTOCOLS)}
+    schema["properties"]["stage"] = {"enum": list(RECORD_STAGES)}
+    phases = f"^({'|'.join(timeline.STARTUP)})_s$"
+    schema["$defs"]["startup"]["patternProperties"] = {phases: {"type": "number", "minimum": 0}}
+    return schema
+
+
 def validate_record(record: dict[str, Any], tolerate: Iterable[str] = ()) -> None:
     """Raise the schema's best error, but none about a key in `tolerate` (a reader's figures
     that it shows as "-": a rate, energy or charge of a record edited by hand)."""
-    schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
-    named = set(tolerate)
+    schema, named = record_schema(), set(tolerate)
 
     def about_named(error: jsonschema.ValidationError) -> bool:
         missing = error.validator == "required" and any(f"'{k}'" in error.message for k in named)

@@ -6,6 +6,9 @@ from typing import Literal
 
 Kind = Literal["perplexity", "multiple-choice"]
 SPLITS = ("train", "validation", "test")
+# how an evaluation builds its prompts and scores them: the authors' scripts' way, or
+# lm-evaluation-harness's (the config's tasks.<name>.protocols, a record's protocol, the CLI's)
+PROTOCOLS = ("paper", "lm-eval")
 
 
 @dataclass(frozen=True)

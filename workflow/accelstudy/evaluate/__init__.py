@@ -12,10 +12,9 @@ from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy import flops, timeline
 from accelstudy.device import Device
-from accelstudy.tasks import TASKS, Kind
+from accelstudy.tasks import PROTOCOLS, TASKS, Kind
 from accelstudy.uncertainty import stderrs
 
-PROTOCOLS = ("paper", "lm-eval")
 # a task's kind -> its scorer's module (imported when used: perplexity imports lm_eval's tasks)
 SCORERS: dict[Kind, str] = {"perplexity": "perplexity", "multiple-choice": "multiple_choice"}
 

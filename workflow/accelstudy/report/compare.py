@@ -12,7 +12,7 @@ import pandas as pd
 
 from accelstudy.errors import StudyError
 from accelstudy.files import read_json
-from accelstudy.layout import MEASURING_FOLDERS, misplaced, system_folders
+from accelstudy.layout import MEASURED_STAGES, MEASURING_FOLDERS, misplaced, system_folders
 from accelstudy.records import SCHEMA_VERSION, validate_record
 from accelstudy.report import finetuning, quantization, superresolution
 from accelstudy.report.collect import flatten, items_of, joined, unusable
@@ -28,7 +28,7 @@ from accelstudy.report.pages import (
 from accelstudy.tasks import TASKS
 from accelstudy.uncertainty import REPEATS_RULE, holm, paired_difference
 
-STAGES = ("baseline", "quantized", "finetune", "diffusion")
+STAGES = MEASURED_STAGES
 # what a system is compared on, the repeat, and what a run derives: not part of the work
 NOT_WORK: tuple[str, ...] = ("repeat", "dtype", "settings.dtype", "compute_dtype", "data.file")
 NOT_WORK += ("assignment", "data.normalisation")
