@@ -155,9 +155,9 @@ def test_the_start_up_phases_a_record_takes_are_the_timelines(monkeypatch, tmp_p
 
 def test_a_record_stage_is_one_of_the_layouts(monkeypatch, tmp_path):
     """The stages a record may name are layout.RECORD_STAGES, which the schema takes."""
-    from accelstudy import records
+    from accelstudy import layout
 
     with pytest.raises(jsonschema.ValidationError, match="pruned"):
         write_record(tmp_path / "r.json", record(stage="pruned"))
-    monkeypatch.setattr(records, "RECORD_STAGES", (*records.RECORD_STAGES, "pruned"))
+    monkeypatch.setattr(layout, "RECORD_STAGES", (*layout.RECORD_STAGES, "pruned"))
     write_record(tmp_path / "r.json", record(stage="pruned"))

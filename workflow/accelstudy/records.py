@@ -23,7 +23,6 @@ from accelstudy.config import config_hash
 from accelstudy.cost import Allocation, allocation, charged
 from accelstudy.energy import EnergyMeter, combine, per_unit
 from accelstudy.files import read_json, write_json
-from accelstudy.layout import RECORD_STAGES
 from accelstudy.paths import CHECKOUT, MARKER, SCHEMAS
 from accelstudy.systems import System, load_system
 from accelstudy.tasks import PROTOCOLS
@@ -124,6 +123,8 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
 def record_schema() -> dict[str, Any]:
     """record.schema.yaml, its stages (layout.RECORD_STAGES), start-up phases (timeline.STARTUP)
     and protocols (tasks.PROTOCOLS) named from the one list of each."""
+    from accelstudy.layout import RECORD_STAGES  # here: its sweep points cost 0.1 s to import
+
     schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
     schema["properties"]["protocol"] = {"enum": list(PROTOCOLS)}
     schema["properties"]["stage"] = {"enum": list(RECORD_STAGES)}
