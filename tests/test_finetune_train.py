@@ -158,26 +158,6 @@ def test_one_process_without_torchrun(model_dir, tmp_path):
     assert result["metrics"]["model_state_bytes"][0]["master_fp32"] > 0
 
 
-def test_a_cpu_model_stays_where_it_is_for_accelerates_cpu_0(model_dir):
-    """accelerate's CPU device is cpu:0, which torch takes for another device than the weights'
-    cpu: the Trainer's move there copied every tensor, the weights twice at once (the CPU
-    allocator's peak, bench/planner.py). StrategyTrainer leaves a CPU model in place."""
-    from types import SimpleNamespace
-
-    from accelstudy.finetune.engines import StrategyTrainer
-    from accelstudy.finetune.train import load_model
-    from transformers import Trainer
-
-    model, _ = load_model(model_dir, make_point("ddp", dtype="float32"))
-    where = [p.data_ptr() for p in model.parameters()]
-    trainer = object.__new__(StrategyTrainer)  # its move alone: no accelerator, no data
-    trainer.args = SimpleNamespace(parallel_mode=None)
-    trainer._move_model_to_device(model, torch.device("cpu", 0))
-    assert [p.data_ptr() for p in model.parameters()] == where
-    Trainer._move_model_to_device(trainer, model, torch.device("cpu", 0))  # what it replaces
-    assert [p.data_ptr() for p in model.parameters()] != where
-
-
 def test_prompts_are_the_scripts_templates():
     with_input = {"instruction": "Add.", "input": "2 and 3", "output": "5"}
     assert prompt_text(with_input) == PROMPT_DICT["prompt_with_input"].format_map(with_input) + "5"

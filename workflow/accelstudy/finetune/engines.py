@@ -163,12 +163,6 @@ class StrategyTrainer(Trainer):
             shared["distributed_type"] = DistributedType.FSDP
         self.is_fsdp_enabled = True
 
-    def _move_model_to_device(self, model: torch.nn.Module, device: torch.device) -> None:
-        """Not to a CPU: accelerate's CPU device is cpu:0, which torch takes for another device
-        than the weights' cpu, so the move copied every tensor, the weights twice at once."""
-        if device.type != "cpu":
-            super()._move_model_to_device(model, device)
-
 
 def _bytes(tensor: torch.Tensor | None) -> int:
     if tensor is None:
