@@ -3,9 +3,10 @@
 A few LoRA steps per point through the launcher the pipeline uses, on whatever device is
 present. The card figure is what a device's allocator counts, on every kind: the largest
 rank's peak bytes of live tensors (max_memory_allocated on a card; on the CPU the peak of torch's
-allocations, summed from the profiler's memory events in a run of its own, as the profiler's
-event buffers pin glibc's heap) against the planner's tensors (plan_tensors: no fitted
-constant). The host figure is each rank's peak RSS (VmHWM) in a plain run against the host plan
+live blocks, by address, from the profiler's memory events in a run of its own, as the
+profiler's event buffers pin glibc's heap) against the planner's tensors (plan_tensors: no
+fitted constant), the steps' or the load's, whichever is higher.
+The host figure is each rank's peak RSS (VmHWM) in a plain run against the host plan
 (plan_host); on the CPU it holds what a rank keeps beyond its tensors, the process and glibc's
 heap, so every fitted CPU constant is judged there (resources/planner_constants.csv names the
 runs each was fitted on: the tiny Llama and SmolLM2-135M at 128-512 tokens).
@@ -147,6 +148,7 @@ TINY_BOUNDS = {
 # from where the record's peak starts to where it is read; each rank writes its peak bytes live
 TRACED_RANK = """import os, runpy
 import transformers
+from torch._C._profiler import _ExtraFields_Allocation
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 from accelstudy.device import Device
@@ -165,12 +167,21 @@ def stepped(self, *args, **kwargs):
 
 def stop(self):
     traced.stop()
-    events = traced.profiler.kineto_results.events()
-    first = min(e.start_ns() for e in events if e.name() == "bench::step")
-    live, peaks = 0, [0, 0]  # over the run; from the first step
-    for at, size in sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"):
-        live += size
-        peaks = [max(peaks[0], live), max(peaks[1], live) if at >= first else 0]
+    nodes, first, blocks = list(traced.profiler.kineto_results.experimental_event_tree()), [], []
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.children)
+        first += [node.start_time_ns] if node.name == "bench::step" else []
+        if isinstance(node.extra_fields, _ExtraFields_Allocation):
+            blocks.append((node.start_time_ns, node.extra_fields.ptr, node.extra_fields.alloc_size))
+    # live blocks by address: a free on a thread the profiler does not trace (gloo's, DeepSpeed's
+    # all-gathers) goes unseen, and its block counts as freed when its address is handed out again
+    live, held, peaks = {}, 0, [0, 0]  # over the run; from the first step
+    for at, ptr, size in sorted(blocks):
+        held -= live.pop(ptr, 0)
+        if size > 0:
+            live[ptr], held = size, held + size
+        peaks = [max(peaks[0], held), max(peaks[1], held) if at >= min(first) else 0]
     with open(os.environ["BENCH_ALLOCATED"] + "-" + os.environ["RANK"], "w") as out:
         out.write(str(peaks))
     return read(self)
@@ -202,7 +213,7 @@ def errors(spec: FinetunePoint, model_dir: Path, card_peak: int, steps_peak: int
     host (each rank's VmHWM); the allocator's peak from the first step shown beside (NaN: not
     measured apart, on a card)."""
     config, kind = load_model_config(model_dir), resolve("auto").kind
-    card = plan_tensors(config, spec).total
+    card = plan_tensors(config, spec, kind).total
     per_node = load_system(SYSTEM[kind]).layout(spec.cards)[1]
     host = plan_host(config, spec, kind, per_node, random_weights=is_random(model_dir)).per_rank
     hosts = [p / m - 1 for p, m in zip(host, host_peaks, strict=False)]

@@ -57,7 +57,7 @@ def test_a_card_plan_is_the_tensors_and_what_its_device_adds(strategy, attention
     the heap keeps and eager attention's scores, all beyond the states and gathered layers."""
     config = load_model_config(RESOURCES / "models" / "tinyllama-1.1b")
     point = FinetunePoint(strategy=strategy, attention=attention, cards=2)
-    tensors = plan_tensors(config, point)
+    tensors = plan_tensors(config, point, "cuda")
     assert tensors.overhead == 0 and tensors.model_states > 0 and tensors.activations > 0
     cuda, cpu = plan_card(config, point, "cuda"), plan_card(config, point, "cpu")
     added = planner.FRAMEWORK_OVERHEAD["cuda"] + planner.PROCESS_GROUP.get("cuda", 0)
@@ -66,6 +66,25 @@ def test_a_card_plan_is_the_tensors_and_what_its_device_adds(strategy, attention
         assert (plan.model_states, plan.gathered) == (tensors.model_states, tensors.gathered)
     assert cpu.overhead > planner.FRAMEWORK_OVERHEAD["cpu"]  # the heap's kept bytes
     assert (cpu.activations > tensors.activations) == (attention == "eager")
+
+
+def test_the_load_peak_is_what_the_wrap_up_holds_in_flight():
+    """Traced on the CPU (bench/planner.py, #46): DDP's wrap-up copies the module's states
+    (parameters and buffers) into a broadcast bucket of at most 250 MiB; FSDP's rank 0 holds
+    its read beside the shards and one tensor scattered, where its read lands on the device (the
+    CPU), not on a card; the plan is the higher of the load and the steps."""
+    config = load_model_config(RESOURCES / "models" / "tinyllama-1.1b")
+    model = planner.meta_model(config)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    largest = max(p.numel() for p in model.parameters()) * 2
+    ddp = plan_tensors(config, FinetunePoint(strategy="ddp", cards=2), "cuda")
+    assert ddp.load == ddp.parameters + buffers + 250 * 2**20  # 2.2 GB of states: one bucket
+    assert ddp.total == max(ddp.steps, ddp.load)
+    point = FinetunePoint(strategy="fsdp", cards=2)
+    on_cpu, on_card = plan_tensors(config, point, "cpu"), plan_tensors(config, point, "cuda")
+    whole = planner.model_state_bytes(model, point.replace(cards=1))["parameters"]
+    assert on_card.load == on_card.parameters + largest + largest // 2
+    assert on_cpu.load - on_card.load == whole
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,9 @@ class Strategy:
     flat_optimizer: bool = False  # the optimizer steps one flat group, not a tensor at a time
     loads: Loads = Loads.EVERY_RANK
     hpu_compile: bool = False  # Gaudi runs it only under torch.compile
+    broadcast_bucket_bytes: int = 0  # the wrap-up copies the states into buckets of this size
+    gather_bucket_elements: int = 0  # a coalesced all-gather's flat buffer, beside what it makes
+    ties_sharded_apart: bool = False  # a tied embedding sharded as two tensors
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loads", Loads(self.loads))  # one of Loads, or ValueError
@@ -59,14 +62,19 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
-        Strategy("ddp", "DDP", "ddp"),  # replicated: the paper's reference
-        # DeepSpeed's FP32 master partitions and Adam's moments (4 + 8 bytes), one flat group
+        # replicated, the paper's reference; torch's DDP broadcasts the module's states at
+        # wrap-up, coalesced into buckets of 250 MiB (its broadcast_bucket_size)
+        Strategy("ddp", "DDP", "ddp", broadcast_bucket_bytes=250 * 2**20),
+        # DeepSpeed's FP32 master partitions and Adam's moments (4 + 8 bytes), one flat group;
+        # its all-gather fills a flat buffer of up to stage3_prefetch_bucket_size (5e7) elements
         Strategy("zero3", "ZeRO-3", "deepspeed", shards=STATES, optimizer_bytes=12,
-                 whole_below_threshold=True, flat_optimizer=True, loads=Loads.ITS_PARTITION),
+                 whole_below_threshold=True, flat_optimizer=True, loads=Loads.ITS_PARTITION,
+                 gather_bucket_elements=50_000_000),
         # accelerate's mixed precision upcasts the trainable shards to FP32; rank 0 alone loads
-        # (RAM-efficient loading; every rank on Gaudi), and Gaudi needs torch.compile for it
+        # (RAM-efficient loading; every rank on Gaudi), and Gaudi needs torch.compile for it;
+        # FSDP2 through accelerate shards a tied embedding and its head apart (traced, #46)
         Strategy("fsdp", "FSDP", "fsdp", shards=STATES, trainable_bytes=4, loads=Loads.RANK_ZERO,
-                 hpu_compile=True),
+                 hpu_compile=True, ties_sharded_apart=True),
     )
 }  # fmt: skip
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import torch
@@ -61,14 +61,19 @@ class MemoryPlan:
     gathered: int  # FSDP / ZeRO-3: full weights all-gathered for the layers at work
     activations: int
     overhead: int
+    load: int = 0  # the tensors while the weights are read and wrapped, before the first step
 
     @property
     def model_states(self) -> int:
         return self.parameters + self.gradients + self.optimizer
 
     @property
+    def steps(self) -> int:
+        return self.model_states + self.gathered + self.activations
+
+    @property
     def total(self) -> int:
-        return self.model_states + self.gathered + self.activations + self.overhead
+        return max(self.steps, self.load) + self.overhead
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "model_states": self.model_states, "total": self.total}
@@ -106,13 +111,17 @@ def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str,
     to it, as the authors') but FSDP's trainable tensors (FP32). ZeRO-3 keeps tensors under its
     persistence threshold whole; its optimizer works on FP32 master partitions (4 + 8 bytes)."""
     tensors = [(p.numel(), point.method == "full") for p in model.parameters()]
+    strategy = STRATEGIES[point.strategy]
+    if strategy.ties_sharded_apart and getattr(model.config, "tie_word_embeddings", False):
+        embedding = cast(torch.nn.Embedding, cast(PreTrainedModel, model).get_input_embeddings())
+        tensors.append((embedding.weight.numel(), point.method == "full"))
     if point.method == "lora":
         rank, targets = point.lora.rank, point.lora.targets
         for name, module in model.named_modules():
             if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets:
                 # LoRA's A (rank x in) and B (out x rank)
                 tensors += [(rank * module.in_features, True), (module.out_features * rank, True)]
-    width, cards, strategy = DTYPE_BYTES[point.dtype], point.cards, STRATEGIES[point.strategy]
+    width, cards = DTYPE_BYTES[point.dtype], point.cards
     persistence = point.zero3_persistence_threshold
     persistence = ZERO3_PERSISTENCE if persistence is None else persistence
     trained = strategy.trainable_bytes or width
@@ -143,54 +152,82 @@ def activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
     return layers + b * s * config.vocab_size * (width + 3 * 4)
 
 
+def eager_kept(width: int) -> int:
+    """Bytes autograd keeps per attention score and layer in eager attention: below FP32 the
+    scores, their FP32 softmax and its cast back (2 x width + 4); in FP32 the upcast and the cast
+    are no copies and the softmax's output alone is kept (4: a float32 run, #46)."""
+    return 4 if width == 4 else 2 * width + 4
+
+
 def cpu_eager_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
-    """Eager attention's scores on the CPU beyond their count (2 x width + 4 bytes per element and
+    """Eager attention's scores on the CPU beyond their count (eager_kept per element and
     layer): what RSS holds there, measured (EAGER_SCORES) per layer and once (the layer at work)."""
     if point.attention != "eager":
         return 0
     b, s, width = point.per_device_batch, point.max_seq_length, DTYPE_BYTES[point.dtype]
     elements, layers = b * config.num_attention_heads * s * s, config.num_hidden_layers
-    per_layer = EAGER_SCORES["cpu_per_layer"] - (2 * width + 4)
+    per_layer = EAGER_SCORES["cpu_per_layer"] - eager_kept(width)
     return int(elements * (layers * per_layer + EAGER_SCORES["cpu_once"]))
 
 
 def layer_activation_bytes(config: PretrainedConfig, point: FinetunePoint) -> int:
     """One layer's, per token: both norms' inputs and outputs (4h), q, k, v (h + 2kv), q and k after
     RoPE (h + kv), k and v per query head (2h), attention output and o_proj's input (2h), LoRA's
-    inputs (h per target), the MLP's 4i; eager attention adds the scores and their FP32 softmax."""
+    inputs (h per target), the MLP's 4i; eager attention adds its scores (eager_kept)."""
     b, s, width = point.per_device_batch, point.max_seq_length, DTYPE_BYTES[point.dtype]
     h, i, heads = config.hidden_size, config.intermediate_size, config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or h // heads
     q, kv = heads * head_dim, config.num_key_value_heads * head_dim
     lora = len(point.lora.targets) * h if point.method == "lora" else 0
     per_token = 4 * h + (q + 2 * kv) + (q + kv) + 2 * q + 2 * h + lora + 4 * i
-    scores = b * heads * s * s * (2 * width + 4) if point.attention == "eager" else 0
+    scores = b * heads * s * s * eager_kept(width) if point.attention == "eager" else 0
     return b * s * per_token * width + scores
 
 
-def plan_tensors(config: PretrainedConfig, point: FinetunePoint) -> MemoryPlan:
+def plan_tensors(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryPlan:
     """A rank's tensors at its peak, what its allocator counts on any device (a card's
-    max_memory_allocated). A sharded rank gathers the unwrapped rest and two layers (now and
-    next), and ZeRO-3 keeps gathered what the step reuses within stage3_max_reuse_distance: at
-    the turn from forward to backward the layers within half of it (each crossed twice), a small
-    model whole."""
-    model = meta_model(config)
+    max_memory_allocated): in the steps or, if higher, while the weights load (load_bytes). A
+    sharded rank gathers the unwrapped rest and two layers (now and next), and ZeRO-3 keeps
+    gathered what the step reuses within stage3_max_reuse_distance: at the turn from forward to
+    backward the layers within half of it (each crossed twice), a small model whole; beside
+    them, the flat buffer its all-gather fills (gather_bucket_elements)."""
+    model, strategy = meta_model(config), STRATEGIES[point.strategy]
     states = model_state_bytes(model, point) | {"activations": activation_bytes(config, point)}
     layers = model.get_decoder().layers
     layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
-    sharded = "parameters" in STRATEGIES[point.strategy].shards and point.cards > 1
+    sharded = "parameters" in strategy.shards and point.cards > 1
     gathered = total - len(layers) * layer + 2 * layer
-    if STRATEGIES[point.strategy].engine == "deepspeed":
+    if strategy.engine == "deepspeed":
         gathered = max(gathered, min(total, ZERO3_REUSE // 2))
-    width = DTYPE_BYTES[point.dtype]
-    return MemoryPlan(**states, gathered=gathered * width if sharded else 0, overhead=0)
+    gathered += min(gathered, strategy.gather_bucket_elements)
+    width, load = DTYPE_BYTES[point.dtype], load_bytes(model, point, states["parameters"], device)
+    return MemoryPlan(**states, gathered=gathered * width if sharded else 0, overhead=0, load=load)
+
+
+def load_bytes(model: PreTrainedModel, point: FinetunePoint, held: int, device: str) -> int:
+    """A rank's tensors while its weights are read and wrapped (traced on the CPU, #46): the
+    parameters it keeps (`held`) and what is in flight. Every rank: its buffers beside, and the
+    wrap-up's broadcast bucket of both. Rank 0: its read whole beside the shards, one tensor
+    scattered and its shard. Each its partition: a checkpoint shard read at once, one tensor
+    gathered to load into. A read
+    lands on the host, so it counts here only where the host is the device (the CPU)."""
+    strategy, width, cards = STRATEGIES[point.strategy], DTYPE_BYTES[point.dtype], point.cards
+    if strategy.loads is Loads.EVERY_RANK:
+        states = held + sum(b.numel() * b.element_size() for b in model.buffers())
+        return states + min(states, strategy.broadcast_bucket_bytes)
+    whole = model_state_bytes(model, point.replace(cards=1))["parameters"] if device == "cpu" else 0
+    largest = max(p.numel() for p in model.parameters()) * width
+    if strategy.loads is Loads.RANK_ZERO:
+        return whole + held + largest + (math.ceil(largest / cards) if cards > 1 else 0)
+    return held + min(whole, int(CHECKPOINT_SHARD)) + largest
 
 
 def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> MemoryPlan:
     """Per-card bytes: the tensors (plan_tensors) and what the device holds beyond its
     allocator's count, its framework's; on the CPU, whose "card" is the process's RSS, also what
-    glibc's heap keeps of freed tensors (CPU_HEAP_KEPT) and eager attention's scores."""
-    tensors, model = plan_tensors(config, point), meta_model(config)
+    glibc's heap keeps of freed tensors (CPU_HEAP_KEPT), less what the load's peak above the
+    steps' already holds of it, and eager attention's scores."""
+    tensors, model = plan_tensors(config, point, device), meta_model(config)
     layers = model.get_decoder().layers
     layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
     engine, width = STRATEGIES[point.strategy].engine, DTYPE_BYTES[point.dtype]
@@ -203,13 +240,16 @@ def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> Me
         raise ConfigError(f"{row}: measure one (bench/planner.py) and add it")
     kept, each = CPU_HEAP_KEPT[engine], layer * width
     if engine == "ddp":
-        overhead += kept * total * width
+        heap = kept * total * width
     elif engine == "deepspeed":
-        overhead += kept * len(layers) * each
-    else:  # forward and backward, at least the layer's gathered buffer
+        heap = kept * len(layers) * each
+    else:  # forward and backward, at least the layer's gathered buffer; on one rank, where
+        # nothing is gathered, the one layer at work's (bench/planner.py, #46)
         reused = layer_activation_bytes(config, point)
-        overhead += 2 * len(layers) * max(kept * each - reused, each)
+        heap = 2 * (len(layers) if point.cards > 1 else 1) * max(kept * each - reused, each)
     activations = tensors.activations + cpu_eager_bytes(config, point)
+    steps = replace(tensors, activations=activations).steps
+    overhead += max(0, heap - max(0, tensors.load - steps))  # the heap's high water: either peak
     return replace(tensors, activations=activations, overhead=int(overhead))
 
 
