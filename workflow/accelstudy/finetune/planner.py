@@ -209,8 +209,8 @@ def load_bytes(model: PreTrainedModel, point: FinetunePoint, held: int, device: 
     parameters it keeps (`held`) and what is in flight. Every rank: its buffers beside, and the
     wrap-up's broadcast bucket of both. Rank 0: its read whole beside the shards, one tensor
     scattered and its shard. Each its partition: a checkpoint shard read at once, one tensor
-    gathered to load into. A read
-    lands on the host, so it counts here only where the host is the device (the CPU)."""
+    gathered to load into. A read lands on the host, so it counts here only where the host is
+    the device (the CPU)."""
     strategy, width, cards = STRATEGIES[point.strategy], DTYPE_BYTES[point.dtype], point.cards
     if strategy.loads is Loads.EVERY_RANK:
         states = held + sum(b.numel() * b.element_size() for b in model.buffers())
