@@ -139,6 +139,17 @@ def test_missing_pysm_data_names_every_file_and_the_variable(tmp_path):
     dust.check_preset("d1", 256, environ={"PYSM_LOCAL_DATA": str(tmp_path)})
 
 
+def test_the_presets_are_pysms_own_without_importing_it():
+    """The check reads PySM's presets file (the Snakefile's parse stays clear of a 5 s import)."""
+    from pysm3.sky import PRESET_MODELS
+
+    assert dust.preset_models() == PRESET_MODELS and "d1" in PRESET_MODELS
+    check = "import sys; from accelstudy.data.dust import preset_files as f; f('d1', 256); "
+    check += "print(sorted({'pysm3', 'torch'} & set(sys.modules)))"
+    ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "[]"
+
+
 def test_local_images_whose_scale_does_not_match_stop_with_one_line(tmp_path):
     np.savez(tmp_path / "mine.npz", hr=np.random.rand(4, 16, 16), lr=np.random.rand(4, 8, 8))
     spec = {**SPEC, "source": "local", "file": str(tmp_path / "mine.npz")}

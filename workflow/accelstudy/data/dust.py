@@ -27,13 +27,26 @@ class DustDataError(StudyError, ValueError):
     """Data the configured model cannot use, named with its key and the fix."""
 
 
+def preset_models() -> dict[str, Any]:
+    """PySM's presets (pysm3.sky.PRESET_MODELS), read from the file it reads them from: importing
+    pysm3 takes ~5 s, and the study's check runs wherever Snakemake reads the Snakefile (every
+    cluster job's own process included)."""
+    import importlib.util
+    import tomllib
+
+    spec = importlib.util.find_spec("pysm3")
+    if spec is None or not spec.submodule_search_locations:
+        raise key_error("diffusion.data.source", "'pysm' needs pysm3 installed (pip install pysm3)")
+    presets = Path(spec.submodule_search_locations[0], "data", "presets.cfg")
+    return tomllib.loads(presets.read_text())
+
+
 def preset_files(preset: str, nside: int) -> list[str]:
     """The template files a PySM preset reads, named as PySM does at this nside."""
-    from pysm3.sky import PRESET_MODELS
-
-    if preset not in PRESET_MODELS:
+    presets = preset_models()
+    if preset not in presets:
         raise key_error("diffusion.data.preset", f"'{preset}' is no PySM preset")
-    spec = PRESET_MODELS[preset]
+    spec = presets[preset]
     available = spec.get("available_nside")
     template_nside = min(available, key=lambda n: abs(n - nside)) if available else nside
     return [v.format(nside=template_nside) for v in spec.values() if ".fits" in str(v)]
