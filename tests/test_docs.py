@@ -1,9 +1,11 @@
 """The documentation holds together: a README a newcomer reads in minutes, relative links that
 lead to files and headings that exist, and the Snakemake workflow catalog's usage file."""
 
+import argparse
 import contextlib
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -212,3 +214,67 @@ def test_the_config_key_table_is_the_schemas():
         if "default" in spec and known:
             expected = json.dumps(spec["default"]).replace('"', "")
             assert literal(known.group(1) or known.group(2)) == literal(expected), f"{key}: {mine}"
+
+
+COMMAND_DOCS = [p for p in MARKDOWN if p.name != "CHANGELOG.md"]  # the changelog is history
+COMMAND_DOCS += [ROOT / "resources" / "README.md"]
+PROGRAM = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(?:\S*/)?(accelstudy|snakemake)\s+(.*)$")
+
+
+def command_lines(path: Path) -> list[tuple[int, str, str, bool]]:
+    """(line, program, arguments, complete) of each `accelstudy ...` / `snakemake ...`: a fenced
+    block's lines (continuations joined: a whole command) and inline code spans (a fragment)."""
+    found, fenced, pending, start = [], False, "", 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif fenced:
+            pending, start = pending + line.rstrip("\\").strip() + " ", start or number
+            if not line.rstrip().endswith("\\"):
+                if match := PROGRAM.match(pending.strip()):
+                    found.append((start, match.group(1), match.group(2), True))
+                pending, start = "", 0
+    text = "\n".join(prose_lines(path))
+    for match in re.finditer(r"`([^`]+)`", text):
+        if command := PROGRAM.match(" ".join(match.group(1).split())):
+            number = text.count("\n", 0, match.start()) + 1
+            found.append((number, command.group(1), command.group(2), False))
+    return found
+
+
+def parsers() -> dict[str, argparse.ArgumentParser]:
+    from accelstudy.cli import build_parser
+    from snakemake.cli import get_argument_parser
+
+    return {"accelstudy": build_parser(), "snakemake": get_argument_parser()}
+
+
+def unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """A fragment's `--options` that its (sub)command does not take, or its unknown subcommand."""
+    for action in parser._actions:  # the subcommand, where the program has them
+        if isinstance(action, argparse._SubParsersAction) and argv and argv[0][0] not in "-<":
+            if argv[0] not in action.choices:
+                return [argv[0]]
+            parser, argv = action.choices[argv[0]], argv[1:]
+    known = {flag for action in parser._actions for flag in action.option_strings}
+    given = [a.split("=")[0] for a in argv if a.startswith("-")]
+    return [a for a in given if a not in known | {"-h", "--help"}]
+
+
+@pytest.mark.parametrize("path", COMMAND_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_command_line_in_the_docs_parses(path, capsys):
+    """A whole command (a code block's) parses as its program would parse it; a fragment (inline
+    code) names a subcommand and options that exist: no stale command survives a rename."""
+    programs, bad = parsers(), []
+    for number, program, arguments, complete in command_lines(path):
+        argv = [a for a in shlex.split(arguments, comments=True) if a != "..."]  # `...`: and more
+        if complete:
+            try:
+                programs[program].parse_args(argv)
+            except SystemExit:
+                bad.append(f"{path.name}:{number}: {program} {arguments}")
+        elif unknown := unknown_options(programs[program], argv):
+            bad.append(f"{path.name}:{number}: {program} {arguments}: {unknown}")
+    capsys.readouterr()
+    assert not bad, "\n".join(bad)

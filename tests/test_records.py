@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import jsonschema
 import pytest
+import torch
 from accelstudy.files import atomic_open
 from accelstudy.records import provenance, read_record, write_record
 
@@ -28,6 +30,9 @@ def test_provenance_has_commit_versions_hardware():
     assert prov["config_hash"] == "abc" and prov["wall_time_s"] == 1.25
     assert {"torch", "transformers", "accelstudy"} <= set(prov["versions"])
     assert prov["hardware"]["cpu_count"] >= 1
+    # the dispatch torch chose, which ATEN_CPU_CAPABILITY (the reference machine's AVX2 hold) caps
+    held = os.environ.get("ATEN_CPU_CAPABILITY", "").upper()
+    assert prov["hardware"]["cpu_dispatch"] == (held or torch.backends.cpu.get_cpu_capability())
     assert prov["git_commit"]
 
 

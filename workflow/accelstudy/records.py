@@ -105,6 +105,8 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
     hardware: dict[str, Any] = {"device_kind": device_kind, "device_name": device_name, **node}
     cpu_model, flags = peak.cpu_model_and_flags()
     hardware |= {"cpu_model": cpu_model, "cpu_flags": sorted(peak.CPU_FLAGS & set(flags))}
+    # the kernels torch's CPU ops ran (AVX2, AVX512, ...): a CPU result's last digits follow it
+    hardware["cpu_dispatch"] = torch.backends.cpu.get_cpu_capability()
     counts = sorted({1, torch.get_num_threads(), os.cpu_count() or 1})  # the CPU's own limit:
     probes = {n: peak.cpu_rates(n, probe_if_missing=False) for n in counts}  # what is cached
     hardware["cpu_gemm_probe"] = {str(n): p["flops_per_s"] for n, p in probes.items() if p}
