@@ -1,10 +1,12 @@
 """The forecast (accelstudy.forecast): each job's FLOPs from its config, its rate from this
 system's records before any assumption, its SLURM runtime, and `accelstudy plan-time`."""
 
+import io
 import json
 import math
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import yaml
 from accelstudy import flops
@@ -187,16 +189,28 @@ def test_a_bad_forecast_key_of_a_system_file_is_named(key, value):
 
 
 def test_plan_time_prints_the_papers_cost_on_perlmutter(capsys):
-    code = main(["plan-time", "--configfile", "config/paper.yaml", "--system",
-                 "perlmutter", "--budget", "10"])  # fmt: skip
+    """The totals come first, each said in words; then the rows; the same as JSON and CSV."""
+    args = ["plan-time", "--configfile", "config/paper.yaml", "--system", "perlmutter"]
+    code = main([*args, "--budget", "10"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "per point (repeats summed)" in out and "assumed" in out
-    total = next(line for line in out.splitlines() if line.startswith("total:"))
-    assert "node-hours" in total and "GPU node-hours" in total and "kWh" in total
-    charged = float(total.split(",")[1].split()[0])
-    assert charged > 10 and f"exceeds it by {charged - 10:.4g}" in out
+    first, counts, *_ = out.splitlines()
+    assert first.startswith("perlmutter: ") and "node-hours" in first and "kWh" in first
+    charged = float(first.split(",")[1].split()[0])
+    assert "GPU node-hours" in first and charged > 10 and f"exceeds it by {charged - 10:.4g}" in out
+    assert "QOS shared: its share of the node" in counts  # why the two totals differ
+    assert out.index("per point (repeats summed)") > out.index("allocation 10")
     assert "published SR3 minutes" in out and "A100" in out
+    assert main([*args, "--format", "json", "--by", "rule"]) == 0
+    told = json.loads(capsys.readouterr().out)
+    (summary,) = told["summaries"]
+    assert summary["charge"] == pytest.approx(charged, rel=1e-3)
+    rules = {row["rule"]: row for row in told["rows"]}
+    assert set(rules) == {"baseline", "sensitivity", "quantize", "finetune", "diffusion"}
+    assert sum(r["charge"] for r in rules.values()) == pytest.approx(summary["charge"])
+    assert main([*args, "--format", "csv"]) == 0
+    rows = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert rows["charge"].sum() == pytest.approx(summary["charge"]) and len(rows) > len(rules)
 
 
 def test_the_default_study_forecasts_itself_offline():
@@ -218,7 +232,7 @@ def test_plan_time_n_lists_the_jobs_snakemake_would_run(tmp_path, capsys):
     configfile.write_text(yaml.safe_dump(study))
     assert main(["plan-time", "-n", "--configfile", str(configfile)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("cpu: per job of Snakemake's plan")
+    assert out.startswith("cpu: ") and "\ncpu, per job of Snakemake's plan:" in out
     jobs = {line.split()[1] for line in out.splitlines() if ".json " in line}
     # 2 fine-tuning and 2 SR3 points, 6 baselines, 2 x 2 sensitivity chunks, 2 x 3 x 2 quantized
     assert len(jobs) == 2 + 2 + 6 + 4 + 12

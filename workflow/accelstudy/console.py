@@ -1,6 +1,7 @@
 """What the planning commands print (`plan-memory`, `plan-fit`, `plan-time`, `recommend`, from
 the tables the report and the planner compute), and the dry run `plan-time -n` asks of Snakemake."""
 
+import json
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -88,42 +89,106 @@ def dry_run_outputs(configfile: Path, system: str) -> set[str]:
             line.removeprefix("output:").split(",")}  # fmt: skip
 
 
-def print_time(configfile: Path, system: list[str], budget: float | None, dry_run: bool) -> None:
-    """`accelstudy plan-time`: per system, each point's time and charge, with the source of its
-    rate; the totals; what exceeds the wall-time limit or the allocation (`budget`)."""
+def charge_words(name: str, unit: str) -> str:
+    """What the two totals count, in words: nodes held, and the site's charge by its rule."""
+    rule = load_system(name).charge or {}
+    said = f"node-hours: the whole nodes the jobs hold x their hours; {unit}: what the site charges"
+    if fractional := rule.get("fractional_qos"):
+        said += f" (a job under a node in QOS {', '.join(fractional)}: its share of the node)"
+    elif rule.get("per") == "core":
+        said += " (the cores a job holds)"
+    return said + (f", {rule['doc']}" if rule.get("doc") else "")
+
+
+def time_summary(name: str, table: Any, holes: int, budget: float | None) -> dict[str, Any]:
+    """A system's forecast in a few numbers: the totals, what each counts, what stands out."""
+    unit = next((u for u in table["unit"] if u != "-"), "-")  # an unknown row's is "-"
+    total = table[["node_hours", "charge", "energy_kwh"]].sum()
+    unknown = int(table.loc[table["source"] == "unknown", "jobs"].sum())
+    summary = {"system": name, "jobs": int(table["jobs"].sum()), "held_out_for_memory": holes,
+               "node_hours": float(total["node_hours"]), "charge": float(total["charge"]),
+               "unit": unit, "energy_kwh": float(total["energy_kwh"]),
+               "counts": charge_words(name, unit), "jobs_without_forecast": unknown,
+               "over_walltime": table.loc[table["over_walltime"], "point"].tolist()}  # fmt: skip
+    if budget is not None:
+        summary |= {"budget": budget, "budget_left": budget - summary["charge"]}
+    return summary
+
+
+def summary_lines(told: dict[str, Any]) -> list[str]:
+    energy = f", {told['energy_kwh']:.4g} kWh at full power" if told["energy_kwh"] else ""
+    lines = [f"{told['system']}: {told['node_hours']:.4g} node-hours, {told['charge']:.4g} "
+             f"{told['unit']}{energy} over {told['jobs']} jobs; "
+             f"{told['held_out_for_memory']} held out for memory (each records its hole)",
+             f"  {told['counts']}"]  # fmt: skip
+    if told["jobs_without_forecast"]:
+        lines.append(f"  no forecast for {told['jobs_without_forecast']} jobs (not in the totals)")
+    if told["over_walltime"]:
+        lines.append(f"  over the partition's wall-time limit: {', '.join(told['over_walltime'])}")
+    if "budget" in told:
+        left = told["budget_left"]
+        verdict = "fits in it" if left >= 0 else f"exceeds it by {-left:.4g}"
+        lines.append(f"  allocation {told['budget']:g} {told['unit']}: the study {verdict}")
+    return lines
+
+
+def print_time(
+    configfile: Path,
+    system: list[str],
+    budget: float | None,
+    dry_run: bool,
+    format: str = "table",
+    by: str = "point",
+) -> None:
+    """`accelstudy plan-time`: per system, the totals first (and what each counts), then each
+    point's (or rule's) time and charge with the source of its rate; `format` csv or json: the
+    same as data (csv: the rows; json: summaries, rows and the published SR3 check)."""
+    import pandas as pd
+
     from accelstudy.report.estimates import sr3_judged, time_table
 
-    config = read_config(configfile)
+    config, summaries, tables = read_config(configfile), [], []
     for name in system or [config["system"]]:
         only = dry_run_outputs(configfile, name) if dry_run else None
         table, holes = time_table(config, name, only)
-        shown = "per job of Snakemake's plan" if dry_run else "per point (repeats summed)"
-        print(f"{name}: {shown}; {holes} jobs held out for memory (each records its hole)")
         if table.empty:
-            print("  nothing to run")
+            summaries.append({"system": name, "jobs": 0, "held_out_for_memory": holes})
             continue
-        print(table.drop(columns=["system", "basis"]).to_string(index=False, float_format="%.3g"))
-        unit, total = table["unit"].iloc[0], table[["node_hours", "charge", "energy_kwh"]].sum()
-        energy = f", {total['energy_kwh']:.4g} kWh at full power" if total["energy_kwh"] else ""
-        print(f"total: {total['node_hours']:.4g} node-hours, {total['charge']:.4g} {unit}{energy}")
-        if table["over_walltime"].any():
-            walltime = load_system(name).walltime or {}
-            print(f"over the partition's {walltime['max_minutes']} minutes ({walltime['doc']}):")
-            print(table[table["over_walltime"]][["rule", "point"]].to_string(index=False))
+        if by == "rule":
+            keys = ["system", "rule", "source", "unit"]
+            summed = ["jobs", "node_hours", "charge", "energy_kwh"]
+            grouped = table.groupby(keys, sort=False)
+            table = grouped[summed].sum().join(grouped["over_walltime"].any()).reset_index()
+            table = table.assign(point=table["rule"], basis=grouped["basis"].first().values)
+        summaries.append(time_summary(name, table, holes, budget))
+        tables.append(table)
+    rows = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    judged_sr3 = sr3_judged()
+    if format == "json":
+        out = {"summaries": summaries, "rows": rows.to_dict(orient="records")}
+        print(json.dumps(out | {"sr3_judged": judged_sr3.to_dict(orient="records")}, indent=1))
+        return
+    if format == "csv":
+        print(rows.drop(columns=["basis"], errors="ignore").to_csv(index=False), end="")
+        return
+    for summary in summaries:
+        print("\n".join(summary_lines(summary)) if summary["jobs"] else f"{summary['system']}: "
+              f"nothing to run; {summary['held_out_for_memory']} held out for memory")  # fmt: skip
+    for table in tables:
+        shown = "per rule" if by == "rule" else (
+            "per job of Snakemake's plan" if dry_run else "per point (repeats summed)")  # fmt: skip
+        print(f"\n{table['system'].iloc[0]}, {shown}:")
+        dropped = ["system", "basis", *(["point", "cards"] if by == "rule" else [])]
+        shown_rows = table.drop(columns=dropped, errors="ignore")
+        print(shown_rows.to_string(index=False, float_format="%.3g"))
         if budget is not None:
-            left = budget - total["charge"]
-            verdict = "fits in it" if left >= 0 else f"exceeds it by {-left:.4g}"
-            print(f"allocation {budget:g} {unit}: the study {verdict}; the costliest points:")
+            print("the costliest:")
             costly = table.sort_values("charge", ascending=False).head(5)
             print(costly[["rule", "point", "charge"]].to_string(index=False))
-        if (unknown := table[table["source"] == "unknown"]).shape[0]:
-            print(f"no forecast for {int(unknown['jobs'].sum())} jobs (not in the totals): "
-                  f"{unknown['basis'].iloc[0]}")  # fmt: skip
         for source, basis in table.groupby("source")["basis"].first().items():
             print(f"  {source}, e.g.: {basis}")
         print(f"  SLURM time limits: the forecast x {MARGIN} x the attempt, within the limit")
-    print("The assumed rates judged against the published SR3 minutes (never fitted to them):")
-    judged_sr3 = sr3_judged()
+    print("\nThe assumed rates judged against the published SR3 minutes (never fitted to them):")
     told = judged_sr3.dropna(subset=["forecast_min"])
     print(told.to_string(index=False))
     if len(told) < len(judged_sr3):
