@@ -171,11 +171,16 @@ def test_plan_lists_the_papers_held_out_points(capsys):
     # each point's dtype (auto resolved as a job would), peak and the peak's source
     assert "dtype  peak_tflops peak_source" in printed and " 2496.0   datasheet " in printed
     assert "peak per card in bfloat16: 312 TFLOP/s, datasheet: https://www.nvidia.com/" in printed
-    rows = {tuple(line.split()[:4]): line.split(maxsplit=11)[-1] for line in printed.splitlines()}
+    # held out for, the card's margin (short by), the shipped variants where it fits
+    rows = {tuple(w[:4]): (" ".join(w[11:-2]), float(w[-2]), w[-1])
+            for w in map(str.split, printed.splitlines()) if len(w) > 13 and w[0] != "model"}  # fmt: skip
     seventy = ("llama-3.3-70b-instruct",)
-    assert rows[(*seventy, "ddp", "fused", "2")] == "card and host"
-    assert rows[(*seventy, "fsdp", "fused", "8")] == "card"
+    assert rows[(*seventy, "ddp", "fused", "2")] == ("card and host", -140.4, "-")
+    assert rows[(*seventy, "fsdp", "fused", "8")][0] == "card"
+    # 79.0 GB of a 40 GB A100: short by 39, and within the 80 GB variant's
+    assert rows[("gemma-2-27b-it", "ddp", "fused", "1")] == ("card", -39.0, "perlmutter-80gb")
     assert ("llama-3.1-8b-instruct", "ddp", "fused", "4") not in rows  # it fits
+    assert f"held out here, fit on perlmutter-80gb: 22 of {90 - 34}" in printed
     config = validate_study_config(config)
     gaudi = {tuple(r[k] for k in ("model", "strategy", "attention", "cards")): r["held_out_for"]
              for r in planner.plan_sweep(config, load_system("voyager-gaudi1"))}  # fmt: skip

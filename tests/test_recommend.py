@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import yaml
 from accelstudy import cli
 from accelstudy.paths import PAPER
 from accelstudy.report.agreement import agreement
@@ -128,3 +129,8 @@ def test_recommend_answers_from_the_planner_alone(capsys):
     assert "not measured (predicted:" in out  # the rule, per card count, from the planner
     assert cli.main(["recommend", "--model", "gpt-5", "--system", "voyager"]) == 2
     assert f"'gpt-5' is not fine-tuned by {PAPER};" in capsys.readouterr().err  # the default
+    # no --model: each model the study fine-tunes, in its order
+    assert cli.main(["recommend", "--system", "voyager"]) == 0
+    heads = [line.split(" on voyager: ")[0] for line in capsys.readouterr().out.splitlines()]
+    models = yaml.safe_load(PAPER.read_text())["finetune"]["models"]
+    assert [h for h in heads if h in models] == models and len(models) == 3

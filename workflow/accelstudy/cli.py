@@ -202,7 +202,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
                  "help": "a row per point (repeats summed) or per rule"})]),
     "recommend": ("what to run where: fit map, fastest/cheapest/least-energy, sharding rule",
         "console:print_recommendation",
-        [("model", {"required": True, "help": "a finetune.models name of the config"}),
+        [("model", {"help": "a finetune.models name of the config (default: each)"}),
          ("system", {"required": True, "help": "a config/systems name"}),
          ("configfile", {"default": PAPER, "required": False,  # the installed copy's too
                          "help": "the study (default: the published one, config/paper.yaml)"}),

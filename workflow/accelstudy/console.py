@@ -13,7 +13,7 @@ from accelstudy.errors import StudyError
 from accelstudy.forecast import MARGIN
 from accelstudy.paths import SYSTEMS
 from accelstudy.strategies import REPLICATED, labels
-from accelstudy.systems import load_system
+from accelstudy.systems import every_system, load_system
 
 
 def print_memory(
@@ -37,16 +37,30 @@ def print_fit(configfile: Path, system: list[str], every_point: bool) -> None:
     from accelstudy.finetune.planner import memory_per_card, plan_sweep
     from accelstudy.peak import peak
 
-    config = read_config(configfile)
+    config, point = read_config(configfile), ["model", "strategy", "attention", "cards"]
+
+    def fitting(machine: Any) -> set[tuple]:
+        rows = pd.DataFrame(plan_sweep(config, machine))
+        return set(rows.loc[rows["held_out_for"] == "", point].itertuples(index=False, name=None))
+
     for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
         machine = load_system(name)
         if memory_per_card(machine, 1) is None:  # a card's, never host RAM
             print(f"{name}: card memory unknown: state memory_per_card_gb in its system file")
             continue
         rows = pd.DataFrame(plan_sweep(config, machine))
+        rows["card_margin_gb"] = rows["card_offer_gb"] - rows["card_gb"]  # below 0: short by
         held = rows[rows["held_out_for"] != ""]
-        shown = rows if every_point else held
         print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
+        # the shipped variants of this system (perlmutter-80gb of perlmutter): where they fit
+        variants = {v.name: fitting(v) for v in every_system() if v.name.startswith(f"{name}-")}
+        keys = list(held[point].itertuples(index=False, name=None))
+        where = [", ".join(v for v, fit in variants.items() if key in fit) or "-" for key in keys]
+        rows.loc[held.index, "fits_on"] = where
+        for variant, fit in variants.items():
+            fit_there = sum(key in fit for key in keys)
+            print(f"  held out here, fit on {variant}: {fit_there} of {len(keys)}")
+        shown = rows if every_point else rows.loc[held.index]
         if not shown.empty:
             print(shown.drop(columns="system").to_string(index=False, float_format="%.1f"))
         for dtype in rows["dtype"].dropna().unique():
@@ -196,9 +210,18 @@ def print_time(
         print(f"  not forecast (no float32 peak in their system files): {', '.join(missing)}")
 
 
-def print_recommendation(model: str, system: str, configfile: Path, results: list[Path]) -> None:
-    """`accelstudy recommend`: the fit map, the choices (measured, else predicted), the rule,
-    each fitting point's forecast."""
+def print_recommendation(
+    model: str | None, system: str, configfile: Path, results: list[Path]
+) -> None:
+    """`accelstudy recommend`: per model (default: each the study fine-tunes), the fit map, the
+    choices (measured, else predicted), the rule, each fitting point's forecast."""
+    models = [model] if model else read_config(configfile)["finetune"]["models"]
+    for number, name in enumerate(models):
+        print("" if number == 0 else "\n", end="")
+        recommend_one(name, system, configfile, results)
+
+
+def recommend_one(model: str, system: str, configfile: Path, results: list[Path]) -> None:
     from accelstudy.report.recommend import choices, recommendation, sharding_rule
 
     fits, points, told = recommendation(model, system, configfile, results)
