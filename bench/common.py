@@ -23,6 +23,16 @@ import torch
 Bound = tuple[float | None, float | None]  # low, high (None: open on that side)
 
 
+def prepare_stage(*argv: str) -> None:
+    """A preparation stage (`accelstudy prepare-model ...`, the study's own command) run in this
+    process: its output as the rule makes it, without a second process importing torch and
+    transformers for work that no bench times (each timed run stays a process of its own)."""
+    from accelstudy.cli import main
+
+    if code := main(list(argv)):
+        raise SystemExit(f"accelstudy {' '.join(argv[:1])} exited {code}")
+
+
 def parse_bound(text: str) -> tuple[str, Bound]:
     """`NAME=LOW:HIGH`, either side may be empty: ("NAME", (LOW, HIGH))."""
     name, sep, span = text.partition("=")

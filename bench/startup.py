@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from accelstudy.models import model_files
 from accelstudy.points import FinetunePoint, Lora
 from accelstudy.tasks import relevant_settings
-from common import judge, launch_point, parse_args
+from common import judge, launch_point, parse_args, prepare_stage
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,15 +113,15 @@ def prepare(work: Path, tiny: bool) -> Path:
     """A prepared model, as the study makes it."""
     model = work / ("tiny-model" if tiny else "model")
     spec = json.dumps(MODELS[tiny])
-    run([str(BIN / "accelstudy"), "prepare-model", "--spec", spec, "--out", str(model)], 2)
+    prepare_stage("prepare-model", "--spec", spec, "--out", str(model))
     return model
 
 
 def prepare_data(work: Path) -> Path:
     """WikiText's prepared test split, as the study makes it."""
     data, spec = work / "wikitext.jsonl", json.dumps({"source": "standin"})
-    command = [str(BIN / "accelstudy"), "prepare-data", "--task", "wikitext", "--spec", spec]
-    run([*command, "--split", "test", "--out", str(data)], 2)
+    prepare_stage("prepare-data", "--task", "wikitext", "--spec", spec, "--split", "test",
+                  "--out", str(data))  # fmt: skip
     return data
 
 

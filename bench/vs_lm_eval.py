@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from accelstudy.data.sources import read_prepared  # noqa: E402
 from accelstudy.evaluate.perplexity import documents  # noqa: E402
 from accelstudy.tasks import TASKS, relevant_settings  # noqa: E402
-from common import judge, parse_bound  # noqa: E402
+from common import judge, parse_bound, prepare_stage  # noqa: E402
 from harness_tasks import task_yaml  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -72,19 +72,16 @@ def prepare(work: Path, study: dict, tiny: bool, threads: int) -> tuple[Path, di
     """The prepared model and each task's prepared evaluation split, as the study makes them,
     and this CPU's GEMM probe at `threads` (`make study` runs it at set-up, before any job)."""
     model = work / "model"
-    accelstudy = str(BIN / "accelstudy")
-    timed([accelstudy, "probe", "--threads", str(threads)], work / "probe.log", threads)
+    prepare_stage("probe", "--threads", str(threads))
     spec = json.dumps(MODELS[tiny][1])
-    run = [accelstudy, "prepare-model", "--spec", spec, "--seed", "0", "--out", str(model)]
-    timed(run, work / "prepare-model.log", 2)
+    prepare_stage("prepare-model", "--spec", spec, "--seed", "0", "--out", str(model))
     data = {}
     for task, entry in study["tasks"].items():
         split = entry["eval_split"]
         data[task] = work / "data" / task / f"{split}.jsonl"
         spec = json.dumps({"source": entry["source"]})
-        run = [accelstudy, "prepare-data", "--task", task, "--spec", spec]
-        run += ["--split", split, "--out", str(data[task])]
-        timed(run, work / f"prepare-{task}.log", 2)
+        prepare_stage("prepare-data", "--task", task, "--spec", spec, "--split", split,
+                      "--out", str(data[task]))  # fmt: skip
     return model, data
 
 

@@ -208,21 +208,13 @@ def timed(command: list[str], log: Path, env: dict[str, str] | None = None) -> f
 
 
 def prepare(scratch: Path, model_spec: dict, seed: int, data: dict) -> tuple[Path, Path]:
-    """The prepared model and instruction rows, by the stages' own commands (side by side)."""
-    cli, model, rows = accelstudy_command(), scratch / "model", scratch / "instructions.jsonl"
-    jobs = {
-        model: [cli, "prepare-model", "--spec", json.dumps(model_spec), "--seed", str(seed)],
-        rows: [cli, "prepare-instructions", "--spec", json.dumps(data)],
-    }
-    logs = {out: scratch / f"prepare-{out.stem}.log" for out in jobs}
-    started = []
-    for out, command in jobs.items():
-        with logs[out].open("w") as log:
-            started.append((out, subprocess.Popen([*command, "--out", str(out)], stdout=log,
-                                                  stderr=subprocess.STDOUT)))  # fmt: skip
-    for out, job in started:
-        if job.wait():
-            raise SystemExit(f"{job.args[1]} failed:\n{logs[out].read_text()[-4000:]}")
+    """The prepared model and instruction rows, by the stages' own commands."""
+    from common import prepare_stage
+
+    model, rows = scratch / "model", scratch / "instructions.jsonl"
+    prepare_stage("prepare-model", "--spec", json.dumps(model_spec), "--seed", str(seed),
+                  "--out", str(model))  # fmt: skip
+    prepare_stage("prepare-instructions", "--spec", json.dumps(data), "--out", str(rows))
     return model, rows
 
 
