@@ -15,6 +15,12 @@ from tests.test_report import synthetic_study
 
 IMAGES = "return [...document.images].map(i => [i.getAttribute('src'), i.naturalWidth])"
 TABLE_ROWS = "return [...document.querySelectorAll('table')].map(t => t.rows.length)"
+# what sticks out of the page body at 1400 px, but inside a scroll container or a folded table
+TOO_WIDE = """const right = document.body.getBoundingClientRect().right;
+return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right
+    > right + 1 && !e.closest('.wide') && !e.closest('details:not([open])')).map(e => e.tagName)"""
+CONTENTS = """return [...document.querySelectorAll('nav a')].map(a => [a.getAttribute('href'),
+    (document.getElementById(a.getAttribute('href').slice(1)) || {}).textContent])"""
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +34,8 @@ def browser():
         pytest.skip(reason)
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1000"):  # fmt: skip
         options.add_argument(argument)  # no sandbox: CI runs as root
     service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
     driver = webdriver.Chrome(options=options, service=service)
@@ -65,6 +72,12 @@ def test_every_image_loads_and_the_tables_are_there(browser, tmp_path):
         "What to run where: the fastest, cheapest and least-energy point",
         "Shard only when the model does not fit: the paper's rule, checked",
     ]
+    # the contents list every heading, each link lands on it; nothing is cut off at 1400 px
+    assert [text for _, text in browser.execute_script(CONTENTS)] == headings
+    assert browser.execute_script(TOO_WIDE) == []
+    browser.execute_script("const box = document.querySelector('.wide'); box.className = '';"
+                           "box.firstChild.style.minWidth = '2000px'")  # fmt: skip
+    assert browser.execute_script(TOO_WIDE)  # a wide table outside its scroll container: seen
     # and the check sees a missing image
     (inputs["results_dir"] / "report" / "figures" / "tradeoff.png").unlink()
     browser.get(index.as_uri())

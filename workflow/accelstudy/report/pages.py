@@ -15,7 +15,9 @@ NOTES = yaml.safe_load(Path(__file__).with_name("notes.yaml").read_text())  # th
 RECORDS = "All records: `tables/records.csv`, `tables/records.parquet`."
 STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}
-.note{background:#fff6d5;padding:8px}"""
+.note{background:#fff6d5;padding:8px}.wide{overflow-x:auto;max-width:100%}
+.same{color:#555;font-size:90%}nav li{margin:2px 0}img{max-width:100%;height:auto}"""
+FOLDED_ROWS = 15  # a longer table folds away under its section (<details>) in index.html
 
 
 @dataclass(frozen=True)
@@ -27,19 +29,53 @@ class Section:
     table: pd.DataFrame | None = None
     figure: str = ""
 
+    @property
+    def anchor(self) -> str:
+        """The heading's id in index.html (and GitHub's slug of it in report.md)."""
+        return slug(self.title)
+
+    def shown(self) -> tuple[pd.DataFrame | None, str]:
+        """The table as shown, and what every row of it shares (moved to a line above it)."""
+        if self.table is None:
+            return None, ""
+        table, same = _shown(self.table), []
+        if len(table) >= 3:
+            for column in list(table.columns):
+                values = table[column].astype(str).unique()
+                if len(values) == 1 and values[0] != "-" and len(values[0]) <= 40:
+                    same.append(f"{column}: {values[0]}")
+                    table = table.drop(columns=column)
+        return table, ("Every row: " + "; ".join(same) + ".") if same else ""
+
     def to_markdown(self) -> str:
-        shown = None if self.table is None else _shown(self.table).map(_markdown_cell)
-        table = "" if shown is None else shown.to_markdown(index=False)
+        shown, same = self.shown()
+        table = "" if shown is None else shown.map(_markdown_cell).to_markdown(index=False)
         title, note = _markdown_text(self.title), _markdown_text(self.note)
         image = self.figure and f"![{title}](figures/{self.figure})"
-        return "\n\n".join(p for p in [f"## {title}", note, table, image] if p)
+        return "\n\n".join(
+            p for p in [f"## {title}", note, _markdown_text(same), table, image] if p
+        )
 
     def to_html(self) -> str:
         note = self.note and f'<p class="note">{html.escape(self.note)}</p>'
-        table = "" if self.table is None else _shown(self.table).to_html(index=False, border=0)
+        shown, same = self.shown()
+        table = "" if shown is None else shown.to_html(index=False, border=0)
+        if table:
+            table = f'<div class="wide">{table}</div>'
+            if len(shown) > FOLDED_ROWS:
+                table = f"<details><summary>{len(shown)} rows</summary>{table}</details>"
+        same = same and f'<p class="same">{html.escape(same)}</p>'
         src, alt = html.escape(f"figures/{self.figure}"), html.escape(self.title)
-        image = self.figure and f'<img src="{src}" alt="{alt}" width="100%">'
-        return "\n".join(p for p in [f"<h2>{alt}</h2>", note, table, image] if p)
+        image = self.figure and f'<img src="{src}" alt="{alt}">'
+        heading = f'<h2 id="{self.anchor}">{alt}</h2>'
+        return "\n".join(p for p in [heading, note, same, table, image] if p)
+
+
+def slug(title: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but '-' and '_' dropped, spaces
+    to '-' (the table of contents links both pages' headings so)."""
+    kept = "".join(c for c in title.lower() if c.isalnum() or c in "-_ ")
+    return kept.replace(" ", "-")
 
 
 def our_numbers(runs: pd.DataFrame, part: str, **values: object) -> str:
@@ -62,7 +98,13 @@ def _markdown_cell(value: object) -> object:
 
 
 def _shown(table: pd.DataFrame) -> pd.DataFrame:
-    """Blanks as "-", no columns name (to_html would show one as an empty first column)."""
+    """Blanks as "-", whole numbers in a float column (cards, a repeat) without ".0", no
+    columns name (to_html would show one as an empty first column)."""
+    table = table.copy()
+    for column in table.select_dtypes("float").columns:
+        values = table[column].dropna()
+        if len(values) and (values == values.round()).all() and (values.abs() < 1e15).all():
+            table[column] = table[column].astype("Int64")
     return table.astype(object).fillna("-").rename_axis(columns=None)
 
 
@@ -106,13 +148,16 @@ def write_records(records: pd.DataFrame, folder: Path, root: str | Path | None =
 def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:
     """index.html and report.md of the sections; return index.html."""
     head = [f"# {_markdown_text(title)}", _markdown_text(intro)]
-    markdown = "\n\n".join([*head, *(s.to_markdown() for s in sections), RECORDS])
+    contents = "\n".join(f"- [{_markdown_text(s.title)}](#{s.anchor})" for s in sections)
+    markdown = "\n\n".join([*head, contents, *(s.to_markdown() for s in sections), RECORDS])
     title, body = html.escape(title), "".join(s.to_html() for s in sections)
+    links = "".join(f'<li><a href="#{s.anchor}">{html.escape(s.title)}</a></li>' for s in sections)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>{STYLE}</style></head><body>
 <h1>{title}</h1>
 <p>{html.escape(intro)}</p>
+<nav><strong>Contents</strong><ol>{links}</ol></nav>
 {body}
 <p>All records: <code>tables/records.csv</code>, <code>tables/records.parquet</code>.</p>
 </body></html>
