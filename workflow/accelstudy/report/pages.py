@@ -59,9 +59,9 @@ class Section:
     def to_html(self) -> str:
         note = self.note and f'<p class="note">{html.escape(self.note)}</p>'
         shown, same = self.shown()
-        table = "" if shown is None else shown.to_html(index=False, border=0)
-        if table:
-            table = f'<div class="wide">{table}</div>'
+        table = ""
+        if shown is not None:
+            table = f'<div class="wide">{shown.to_html(index=False, border=0)}</div>'
             if len(shown) > FOLDED_ROWS:
                 table = f"<details><summary>{len(shown)} rows</summary>{table}</details>"
         same = same and f'<p class="same">{html.escape(same)}</p>'
