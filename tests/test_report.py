@@ -809,3 +809,15 @@ def test_record_text_is_text_in_figures_and_both_pages(tmp_path):
     assert "<script>" not in markdown and "&lt;script&gt;" in markdown
     assert "<script>" not in index.read_text()
     assert (index.parent / "figures" / "tradeoff.png").stat().st_size > 0
+
+
+def test_sensitivity_ties_are_said_where_the_tie_break_set_bits():
+    from accelstudy.report.quantization import ties_note
+
+    frame = pd.DataFrame({"model": "m", "task": "boolq", "score": [0.0, 0.0, 0.0, 0.5, 0.25],
+                          "bits": ["16", "8", "8", "16", "4"]})  # fmt: skip
+    assert ties_note(frame).startswith("Weak data: m, boolq: 3 of 5 targets tie (the most, 3 at")
+    assert "3 of them got their bits from the tie-break" in ties_note(frame)
+    same_bits = frame.assign(bits=["8", "8", "8", "16", "4"])  # tied, but the tie-break moved none
+    assert "0 of them got their bits" in ties_note(same_bits)
+    assert ties_note(frame.assign(score=[0.1, 0.2, 0.3, 0.5, 0.25])) == ""  # no tie: nothing

@@ -347,6 +347,23 @@ def fig1(frame: pd.DataFrame, calibration: Mapping[str, int | None]) -> plt.Figu
     return fig
 
 
+def ties_note(frame: pd.DataFrame) -> str:
+    """Weak data under Fig. 1: targets whose sensitivities are equal and whose bits still differ
+    were ranked by the clustering's tie-break (their order in the model), not by a measurement."""
+    said = []
+    for (model, task), part in frame.groupby(["model", "task"], sort=True):
+        groups = part.assign(score=part["score"].round(12)).groupby("score")["bits"]
+        tied = groups.size()[groups.size() > 1]
+        if tied.empty:
+            continue
+        split = int(tied[groups.nunique()[tied.index] > 1].sum())
+        most = f"{tied.max()} at {tied.idxmax():.3g}"
+        said.append(f"{model}, {task}: {int(tied.sum())} of {len(part)} targets tie (the most, "
+                    f"{most}); {split} of them got their bits from the tie-break")  # fmt: skip
+    return ("Weak data: " + "; ".join(said) + ". A tied target's bits follow its place in the "
+            "model (a stable sort), not its sensitivity.") if said else ""  # fmt: skip
+
+
 def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
     """Quality against compression; published points in their own row, never on our axes."""
     lists = bit_order(b for b in points["bit list"] if b not in BASELINES)
@@ -440,6 +457,10 @@ def sections(
         Section(table1_title, NOTES["table1"], our_table1),
         Section(versus_title, told(versus, records), versus.drop(columns=["record", "key"])),
         Section(PUBLISHED_TITLE, NOTES["published"], published_table),
-        *([Section(fig1_title, figure=figure("fig1"))] if len(sensitive) else []),
+        *(
+            [Section(fig1_title, ties_note(sensitive), figure=figure("fig1"))]
+            if len(sensitive)
+            else []
+        ),
         Section("Quality against compression", NOTES["tradeoff"], figure=figure("tradeoff")),
     ]
