@@ -559,6 +559,13 @@ def test_report_with_finetune(tmp_path):
     assert "## Strategies train the same model: each one's losses beside DDP's" in markdown
     assert "A card is a CPU process" in markdown and "not absolute numbers" in markdown
     assert "Peak measured as: RSS growth." in markdown
+    # the summary first, each line from its section's numbers (DDP's speed-ups on 2 cards)
+    summary = markdown[markdown.index("**Summary**") : markdown.index("**Contents**")]
+    assert markdown.index("**Summary**") < markdown.index("## ")
+    lines = [line for line in summary.splitlines() if line.startswith("- ")]
+    assert [line.split(":")[0] for line in lines] == ["- Quantization", "- Fine-tuning"]
+    assert "eager: 1.96x on 2 cards against 1 (efficiency 98%)" in lines[1]
+    assert "differ from the baseline's" in lines[0]
     records = pd.read_parquet(inputs["results_dir"] / "tables" / "records.parquet")
     assert records["tokens_per_s"].isna().sum() == 2
 

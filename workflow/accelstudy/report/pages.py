@@ -16,7 +16,8 @@ RECORDS = "All records: `tables/records.csv`, `tables/records.parquet`."
 STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}
 .note{background:#fff6d5;padding:8px}.wide{overflow-x:auto;max-width:100%}
-.same{color:#555;font-size:90%}nav li{margin:2px 0}img{max-width:100%;height:auto}"""
+.same{color:#555;font-size:90%}.summary{background:#eef5ff;padding:4px 12px}
+nav li{margin:2px 0}img{max-width:100%;height:auto}"""
 FOLDED_ROWS = 15  # a longer table folds away under its section (<details>) in index.html
 
 
@@ -28,6 +29,7 @@ class Section:
     note: str = ""
     table: pd.DataFrame | None = None
     figure: str = ""
+    finding: str = ""  # one sentence with its numbers, for the report's summary at the top
 
     @property
     def anchor(self) -> str:
@@ -148,8 +150,16 @@ def write_records(records: pd.DataFrame, folder: Path, root: str | Path | None =
 def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:
     """index.html and report.md of the sections; return index.html."""
     head = [f"# {_markdown_text(title)}", _markdown_text(intro)]
+    found = [s.finding for s in sections if s.finding]
+    summary = "\n".join(f"- {_markdown_text(f)}" for f in found)
+    summary = summary and f"**Summary**\n\n{summary}"
     contents = "\n".join(f"- [{_markdown_text(s.title)}](#{s.anchor})" for s in sections)
-    markdown = "\n\n".join([*head, contents, *(s.to_markdown() for s in sections), RECORDS])
+    contents = f"**Contents**\n\n{contents}"
+    parts = [*head, summary, contents, *(s.to_markdown() for s in sections), RECORDS]
+    markdown = "\n\n".join(p for p in parts if p)
+    said = "".join(f"<li>{html.escape(f)}</li>" for f in found)
+    said = said and f'<section class="summary"><strong>Summary</strong><ul>{said}</ul></section>'
+
     title, body = html.escape(title), "".join(s.to_html() for s in sections)
     links = "".join(f'<li><a href="#{s.anchor}">{html.escape(s.title)}</a></li>' for s in sections)
     page = f"""<!doctype html>
@@ -157,6 +167,7 @@ def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir:
 <style>{STYLE}</style></head><body>
 <h1>{title}</h1>
 <p>{html.escape(intro)}</p>
+{said}
 <nav><strong>Contents</strong><ol>{links}</ol></nav>
 {body}
 <p>All records: <code>tables/records.csv</code>, <code>tables/records.parquet</code>.</p>

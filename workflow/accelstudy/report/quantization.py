@@ -389,6 +389,17 @@ def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def versus_finding(versus: pd.DataFrame) -> str:
+    """The summary's line: how many quantized numbers differ from the baseline's."""
+    verdicts = versus.get("verdict", pd.Series(dtype=str))
+    differs = versus[verdicts == "differs"]
+    named = "; ".join(f"{r['task']} {r['metric']} {r['quantized']}" for _, r in differs.iterrows())
+    unsure = int((verdicts == "cannot be told from zero").sum())
+    return (f"Quantization: {len(differs)} of {len(versus)} quantized numbers differ from the "
+            f"baseline's on the same items ({named or 'none'}); {unsure} cannot be told from zero "
+            "with these items.")  # fmt: skip
+
+
 def told(versus: pd.DataFrame, records: pd.DataFrame) -> str:
     """In words: which quantized numbers differ from the baseline's, which the data cannot tell
     from zero, and per task the smallest difference its items could detect."""
@@ -455,7 +466,12 @@ def sections(
     return [
         *shown,
         Section(table1_title, NOTES["table1"], our_table1),
-        Section(versus_title, told(versus, records), versus.drop(columns=["record", "key"])),
+        Section(
+            versus_title,
+            told(versus, records),
+            versus.drop(columns=["record", "key"]),
+            finding=versus_finding(versus),
+        ),
         Section(PUBLISHED_TITLE, NOTES["published"], published_table),
         *(
             [Section(fig1_title, ties_note(sensitive), figure=figure("fig1"))]

@@ -151,6 +151,17 @@ def write_figures(runs: pd.DataFrame, folder: Path) -> None:
     draw(folder / FIGURES[1], why_empty, samples_figure, found)
 
 
+def sr3_finding(table: pd.DataFrame) -> str:
+    """The summary's line: each system's speed-up on its most devices, and how many repeats."""
+    said = []
+    for system, part in table.dropna(subset=["speed-up"]).groupby("system", sort=False):
+        top = part.sort_values("devices").iloc[-1]
+        repeats = f"{top['repeats']:.0f} repeat{'s' if top['repeats'] != 1 else ''}"
+        said.append(f"{system}: {top['speed-up']:.2f}x on {top['devices']:.0f} devices against "
+                    f"1 (efficiency {top['scaling efficiency']:.0%}, {repeats})")  # fmt: skip
+    return f"SR3: {'; '.join(said)}." if said else ""
+
+
 def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
     """Fig. 3, the SR3 points and the samples; the table and figures are written in every study."""
     runs = diffusion_runs(records)
@@ -165,6 +176,6 @@ def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
     ours = our_numbers(runs, "diffusion", parameters=parameters, systems=systems)
     return [
         Section(title, ours, figure=FIGURES[0]),
-        Section(points, NOTES["sr3_table"], table),
+        Section(points, NOTES["sr3_table"], table, finding=sr3_finding(table)),
         Section("SR3 samples: held-out images", NOTES["sr3_samples"], figure=FIGURES[1]),
     ]

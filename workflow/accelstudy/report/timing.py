@@ -68,6 +68,13 @@ def time_tables(
     return rules.round(1), jobs.sort_values(["rule", "job"], ignore_index=True).round(1)
 
 
+def startup_finding(rules: pd.DataFrame) -> str:
+    """The summary's line: how much of each measuring rule's job time went before its work."""
+    timed = rules[rules["startup_share"] != "-"]
+    said = [f"{r['startup_share']} of {r['rule']}'s" for _, r in timed.iterrows()]
+    return f"Start-up (imports, device, model, data): {', '.join(said)} job time." if said else ""
+
+
 def _percent(share: float) -> str:
     return "-" if pd.isna(share) or share == 0 else f"{share:.0%}"
 
@@ -83,6 +90,8 @@ def sections(
     write_csv(rules, results_dir / "tables" / "time_rules.csv")
     write_csv(jobs, results_dir / "tables" / "time_jobs.csv")
     return [
-        Section("Where the time went, per rule", NOTES["timing"], rules),
+        Section(
+            "Where the time went, per rule", NOTES["timing"], rules, finding=startup_finding(rules)
+        ),
         Section("Where the time went, per job", "", jobs),
     ]
