@@ -227,4 +227,4 @@ def test_the_repeats_interval_holds_the_median_as_stated():
     middle = np.log(6) / 3
     shown = f"{np.exp(middle - half):.4g}-{np.exp(middle + half):.4g} (3 repeats, 95%)"
     assert repeats_interval(pd.Series([3.0, 1.0, 2.0])) == shown == "0.4571-7.223 (3 repeats, 95%)"
-    assert repeats_interval(pd.Series([2.0])) == "one repeat: spread unknown"
+    assert repeats_interval(pd.Series([2.0])) == "-"  # one repeat: the table's note says why

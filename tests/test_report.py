@@ -482,7 +482,7 @@ def test_finetune_table_speed_up_efficiency_and_memory(finetune_points):
     assert ddp[
         ["repeats", "tokens/s", "tokens/s interval", "speed-up", "scaling efficiency"]
     ].tolist() == [3, 180.0, "156.6-206.5 (3 repeats, 95%)", 1.8, 0.9]
-    assert rows.loc[("DDP", "eager", 2), "tokens/s interval"] == "one repeat: spread unknown"
+    assert rows.loc[("DDP", "eager", 2), "tokens/s interval"] == "-"  # one repeat
     assert ddp[
         ["samples/s", "final loss", "peak GiB (max rank)", "predicted GiB", "peak / predicted"]
     ].tolist() == [2.812, 6.25, 0.5, 1.0, 0.5]

@@ -242,10 +242,11 @@ SPREAD = {"estimator": "median", "errorbar": repeats_bounds95}  # seaborn: media
 
 
 def repeats_interval(values: pd.Series) -> str:
-    """A point's repeats as the rule shows them: 'low-high (n repeats, 95%)' or ONE_REPEAT."""
+    """A point's repeats as the rule shows them: 'low-high (n repeats, 95%)', or "-" under two
+    (one repeat: its spread unknown, which the table's note says once, not each row)."""
     values = values.dropna()
     if len(values) < 2:
-        return ONE_REPEAT if len(values) else "-"
+        return "-"
     low, high = repeats_bounds95(values)
     return f"{low:.4g}-{high:.4g} ({len(values)} repeats, 95%)"
 
