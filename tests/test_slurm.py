@@ -131,9 +131,9 @@ def test_each_job_asked_for_what_the_profile_promises(slurm_study, cluster):
         by_rule.setdefault(rule_of(job), []).append(job)
     # only GPU work went to the scheduler; data, clustering and report ran locally
     assert set(by_rule) == SUBMITTED_RULES
-    # 3 baseline evaluations, 2 sensitivity chunks, 1 bit list x 2 recipes, 2 points
+    # 3 baseline evaluations, 1 sensitivity scan, 1 bit list x 2 recipes, 2 points
     assert {rule: len(v) for rule, v in by_rule.items()} == {
-        "baseline": 3, "sensitivity": 2, "quantize": 2, "finetune": 1, "diffusion": 1,
+        "baseline": 3, "sensitivity": 1, "quantize": 2, "finetune": 1, "diffusion": 1,
     }  # fmt: skip
     for rule, rule_jobs in by_rule.items():
         want = promised(rule)
