@@ -14,7 +14,7 @@ try:  # before the imports below read the config schema's defaults
 except StudyError as error:
     raise SystemExit(f"Error: {error}")
 
-from accelstudy.report.outputs import OUTPUTS
+from accelstudy.report.outputs import REPORT_FILES
 from accelstudy.site import check_profile
 from accelstudy.study import validate_study
 from accelstudy.targets import StudyTargets
@@ -69,7 +69,7 @@ onerror:
 
 def captioned(name):
     """A table or figure of the report, captioned by workflow/report/<name>.rst."""
-    path, kind = OUTPUTS[name]
+    path, kind = REPORT_FILES[name]
     return report(f"{RESULTS}/{path}", caption=f"../report/{name}.rst", category=kind)
 
 

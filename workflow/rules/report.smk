@@ -8,7 +8,7 @@ rule report:
         assignments=STUDY.paths("cluster"),
     # update(): the last good report stays until this job succeeds, and is put back if it fails
     output:
-        **{name: update(captioned(name)) for name in OUTPUTS},
+        **{name: update(captioned(name)) for name in REPORT_FILES},
         html=update(STUDY.output("report")),
         markdown=update(f"{RESULTS}/report/report.md"),
         records_csv=update(f"{RESULTS}/tables/records.csv"),

@@ -45,7 +45,7 @@ def build_report(
         *finetuning.sections(records, results_dir),
         *superresolution.sections(records, results_dir),
         *recommend.sections(records),
-        *utilization.sections(records, results_dir / "tables"),
+        *utilization.sections(records, results_dir),
         *timing.sections(records["record"], results_dir, measured),
         *estimates.sections(records, results_dir),
         *not_shown(records, results_dir),

@@ -16,6 +16,7 @@ from accelstudy.finetune.planner import plan_sweep
 from accelstudy.forecast import Seen, StudyEstimates, estimate, rows, seen_in, work_of
 from accelstudy.layout import StudyLayout, job_name
 from accelstudy.paths import PROJECT_ROOT, RESOURCES
+from accelstudy.report.outputs import output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.systems import every_system, load_system
 
@@ -96,14 +97,14 @@ def summary(table: pd.DataFrame) -> str:
 
 
 def sections(records: pd.DataFrame, results_dir: Path) -> list[Section]:
-    """The forecast judged on this study's own jobs (tables/forecast_judged.csv)."""
+    """The forecast judged on this study's own jobs (the `forecast_judged` table, empty where
+    there is no one system's records to judge)."""
     systems = list(records["system"].unique()) if "system" in records else []
-    if len(systems) != 1 or records.empty:
-        return []
-    table = judged(seen_in(records["record"]), load_system(systems[0]))
+    one = len(systems) == 1 and not records.empty
+    table = judged(seen_in(records["record"]), load_system(systems[0])) if one else judged([], None)
+    write_csv(table, output(results_dir, "forecast_judged"))
     if table.empty:
         return []
-    write_csv(table, results_dir / "tables" / "forecast_judged.csv")
     shown = table.assign(error=table["error"].map(lambda e: "-" if pd.isna(e) else f"{e:+.0%}"))
     return [Section("The forecast judged: each job beside what the others' records said",
                     f"{NOTES['forecast']} {summary(table)}.", shown.drop(columns="basis").round(1)),

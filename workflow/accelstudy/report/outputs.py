@@ -3,7 +3,7 @@ workflow/report/<name>.rst), its path under results/<study> and its report categ
 
 from pathlib import Path
 
-OUTPUTS: dict[str, tuple[str, str]] = {
+REPORT_FILES: dict[str, tuple[str, str]] = {
     "baseline_table": ("tables/baseline.csv", "Baseline"),
     "baseline_figure": ("report/figures/baseline.png", "Baseline"),
     "table1": ("tables/table1.csv", "PTQ"),
@@ -16,14 +16,18 @@ OUTPUTS: dict[str, tuple[str, str]] = {
     "diffusion_table": ("tables/diffusion.csv", "Diffusion"),
     "fig3": ("report/figures/diffusion_scaling.png", "Diffusion"),
     "diffusion_samples": ("report/figures/diffusion_samples.png", "Diffusion"),
+    "utilization": ("tables/utilization.csv", "Fraction of peak"),
+    "time_rules": ("tables/time_rules.csv", "Time"),
+    "time_jobs": ("tables/time_jobs.csv", "Time"),
+    "forecast_judged": ("tables/forecast_judged.csv", "Time"),
 }
 
 
 def output(results_dir: Path, name: str) -> Path:
     """Where the output `name` of a study's report goes."""
-    return Path(results_dir) / OUTPUTS[name][0]
+    return Path(results_dir) / REPORT_FILES[name][0]
 
 
 def figure(name: str) -> str:
     """A figure's file name, as the pages (and `compare`, in its own figures/) show it."""
-    return Path(OUTPUTS[name][0]).name
+    return Path(REPORT_FILES[name][0]).name

@@ -8,12 +8,15 @@ import pandas as pd
 
 from accelstudy.files import read_json
 from accelstudy.layout import STAGE_RULE, job_name
+from accelstudy.report.outputs import output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.timeline import STARTUP
 
 PHASES = [f"{phase}_s" for phase in STARTUP]  # imports, device, model, data
 TIMED = ["rule", "job", "startup_s", *PHASES, "measured_s"]
 JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", *TIMED[2:]]
+JOBS = pd.DataFrame(columns=JOB)  # the tables of a study without benchmark files: no rows
+RULES = pd.DataFrame(columns=["rule", "jobs", *JOB[2:], "wall_share", "startup_share"])
 
 
 def benchmarks(*roots: Path) -> pd.DataFrame:
@@ -82,13 +85,14 @@ def _percent(share: float) -> str:
 def sections(
     record_paths: Iterable[str | Path], results_dir: Path, measured: Path
 ) -> list[Section]:
-    """Where the time went, per rule and per job (tables/time_rules.csv, time_jobs.csv), in a
-    study Snakemake ran (its jobs' benchmark files are there)."""
-    if not (results_dir / "benchmarks").is_dir():
+    """Where the time went, per rule and per job (the `time_rules` and `time_jobs` tables), in a
+    study Snakemake ran (its jobs' benchmark files are there; elsewhere the tables are empty)."""
+    ran = (results_dir / "benchmarks").is_dir()
+    rules, jobs = time_tables(record_paths, results_dir, measured) if ran else (RULES, JOBS)
+    write_csv(rules, output(results_dir, "time_rules"))
+    write_csv(jobs, output(results_dir, "time_jobs"))
+    if not ran:
         return []
-    rules, jobs = time_tables(record_paths, results_dir, measured)
-    write_csv(rules, results_dir / "tables" / "time_rules.csv")
-    write_csv(jobs, results_dir / "tables" / "time_jobs.csv")
     return [
         Section(
             "Where the time went, per rule", NOTES["timing"], rules, finding=startup_finding(rules)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from accelstudy.report.outputs import output
 from accelstudy.report.pages import NOTES, Section, write_csv
 
 JOB = ["stage", "system", "model", "task", "method", "protocol", "strategy", "attention", "cards"]
@@ -32,10 +33,10 @@ def per_stage(records: pd.DataFrame) -> pd.DataFrame:
     return mfu.join([achieved, sources]).reset_index()
 
 
-def sections(records: pd.DataFrame, tables: Path) -> list[Section]:
-    """Fraction of peak per stage and per job (tables/utilization.csv)."""
+def sections(records: pd.DataFrame, results_dir: Path) -> list[Section]:
+    """Fraction of peak per stage and per job (the `utilization` table, in every study)."""
     jobs = per_job(records)
-    write_csv(jobs, tables / "utilization.csv")
+    write_csv(jobs, output(results_dir, "utilization"))
     if jobs.empty:
         return []
     return [
