@@ -31,6 +31,7 @@ class TaskSpec:
     columns: tuple[str, ...]
     metric: Metric
     calibration_limit: int | None = 2000  # PTQ's default: items, or blocks (None: all)
+    choices: int | None = None  # a multiple-choice task's answers per item (chance: 1 / choices)
 
     @property
     def calibration_unit(self) -> str:
@@ -53,9 +54,9 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("wikitext", "perplexity", "Salesforce/wikitext", "wikitext-2-raw-v1", "test",
                  "validation", ("text",), PERPLEXITY, calibration_limit=None),
         TaskSpec("hellaswag", "multiple-choice", "Rowan/hellaswag", None, "validation", "train",
-                 ("activity_label", "ctx_a", "ctx_b", "endings", "label"), ACCURACY),
+                 ("activity_label", "ctx_a", "ctx_b", "endings", "label"), ACCURACY, choices=4),
         TaskSpec("boolq", "multiple-choice", "google/boolq", None, "validation", "train",
-                 ("question", "answer", "passage"), ACCURACY),
+                 ("question", "answer", "passage"), ACCURACY, choices=2),
     )
 }  # fmt: skip
 TASK_NAMES = tuple(TASKS)

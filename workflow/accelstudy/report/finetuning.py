@@ -183,11 +183,24 @@ def fig2a(runs: pd.DataFrame, points: pd.DataFrame) -> plt.Figure:
         for ax, (y, label) in zip(column, FIG2A_AXES.items(), strict=True):
             if not ok.empty:
                 sns.lineplot(ok, x="cards", y=y, palette=palette, ax=ax, **lines, **SPREAD)
+                _ideal(ax, ok, y, cards)
             ax.set(xlabel="cards", ylabel=label, title=f"{model} on {system}", xticks=cards)
             ax.set(xlim=(cards[0] - pad, cards[-1] + pad), ylim=(0, None))
             mark_holes(ax, holes.assign(x=holes["cards"]), palette)
     _one_legend(fig, axes[0, -1])
     return fig
+
+
+def _ideal(ax: plt.Axes, ok: pd.DataFrame, y: str, cards: list) -> None:
+    """Ideal scaling from the first strategy's median at the fewest cards: tokens/s times the
+    card ratio, seconds over it."""
+    first = ok[ok["strategy"] == ok["strategy"].iloc[0]]
+    base = first[first["cards"] == first["cards"].min()]
+    if len(cards) < 2 or base.empty:
+        return
+    start, scale = base[y].median(), [c / base["cards"].iloc[0] for c in cards]
+    ideal = [start * r if y == "tokens_per_s" else start / r for r in scale]
+    ax.plot(cards, ideal, ls="--", color="grey", lw=1, label=f"ideal ({base['strategy'].iloc[0]})")
 
 
 def largest_model(runs: pd.DataFrame) -> str:

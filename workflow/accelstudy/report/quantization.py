@@ -296,15 +296,35 @@ def baseline_figure(records: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     accuracy = data[data["metric"] == "accuracy"]
     if not accuracy.empty:
-        sns.barplot(data=accuracy, x="label", y="value", hue="model", ax=axes[0])
+        labels, models = list(dict.fromkeys(accuracy["label"])), list(dict.fromkeys(data["model"]))
+        bars = {"x": "label", "y": "value", "hue": "model", "order": labels, "hue_order": models}
+        sns.barplot(data=accuracy, ax=axes[0], errorbar=None, **bars)
+        # each bar's 95% interval (the record's standard error), and its task's chance line
+        half = 1.96 * accuracy.get("metric_acc_stderr", pd.Series(NAN, accuracy.index))
+        for model, container in zip(models, axes[0].containers, strict=False):
+            for label, bar in zip(labels, container, strict=False):
+                row = (accuracy["model"] == model) & (accuracy["label"] == label)
+                if row.any() and pd.notna(err := half[row].iloc[0]):
+                    middle = bar.get_x() + bar.get_width() / 2
+                    axes[0].errorbar(middle, bar.get_height(), yerr=err, color="black", capsize=3)
+        for x, label in enumerate(labels):
+            chance = 1 / (TASKS[label.split("\n")[0]].choices or 1)
+            axes[0].hlines(chance, x - 0.4, x + 0.4, ls=":", color="grey")
+            axes[0].annotate(f"chance {chance:.2g}", (x, chance), ha="center", va="bottom",
+                             fontsize=7, color="grey")  # fmt: skip
         dtypes = ", ".join(accuracy["method"].map(lambda m: BASELINE_LABELS.get(m, m)).unique())
-        axes[0].set(ylabel="accuracy", ylim=(0, 1), title=f"Multiple-choice accuracy ({dtypes})")
-        axes[0].axhline(0.25, ls=":", c="grey")
+        axes[0].set(ylabel="accuracy (95% interval)", ylim=(0, 1),
+                    title=f"Multiple-choice accuracy ({dtypes})")  # fmt: skip
+    else:  # no multiple-choice task in this study: no empty axes
+        axes[0].set_axis_off()
     sns.barplot(data=data, x="label", y="tokens_per_s", hue="model", ax=axes[1])
     axes[1].set(ylabel="tokens / s", title="Evaluation throughput")
     for ax in axes:
         ax.set_xlabel("")
-        ax.tick_params(axis="x", labelsize=8)
+        ax.tick_params(axis="x", labelsize=8, labelrotation=30)
+        for tick in ax.get_xticklabels():
+            tick.set_horizontalalignment("right")
+    fig.tight_layout()
     return fig
 
 
