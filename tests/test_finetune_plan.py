@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 from accelstudy import launch, ranks
 from accelstudy.errors import ConfigError
@@ -181,6 +182,13 @@ def test_plan_lists_the_papers_held_out_points(capsys):
     assert rows[("gemma-2-27b-it", "ddp", "fused", "1")] == ("card", -39.0, "perlmutter-80gb")
     assert ("llama-3.1-8b-instruct", "ddp", "fused", "4") not in rows  # it fits
     assert f"held out here, fit on perlmutter-80gb: 22 of {90 - 34}" in printed
+    # the same as data: every point, its margin and where it fits
+    argv = ["plan-fit", "--configfile", str(config), "--system", "perlmutter", "--format", "json"]
+    assert cli.main(argv) == 0
+    points = pd.DataFrame(json.loads(capsys.readouterr().out))
+    assert len(points) == 90 and (points["held_out_for"] != "").sum() == 90 - 34
+    gemma = points[(points["model"] == "gemma-2-27b-it") & (points["strategy"] == "ddp")]
+    assert set(gemma["fits_on"]) == {"perlmutter-80gb"} and gemma["card_margin_gb"].max() < 0
     config = validate_study_config(config)
     gaudi = {tuple(r[k] for k in ("model", "strategy", "attention", "cards")): r["held_out_for"]
              for r in planner.plan_sweep(config, load_system("voyager-gaudi1"))}  # fmt: skip

@@ -30,8 +30,11 @@ def print_memory(
         print(f"{verdict} a {memory_per_card_gb:g} GB card")
 
 
-def print_fit(configfile: Path, system: list[str], every_point: bool) -> None:
-    """`accelstudy plan-fit`: per system (default: all), the points held out for memory."""
+def print_fit(
+    configfile: Path, system: list[str], every_point: bool, format: str = "table"
+) -> None:
+    """`accelstudy plan-fit`: per system (default: all), how many points fit, then the points
+    held out for memory (`every_point`: all); csv or json: every point of every system as data."""
     import pandas as pd
 
     from accelstudy.finetune.planner import memory_per_card, plan_sweep
@@ -43,20 +46,26 @@ def print_fit(configfile: Path, system: list[str], every_point: bool) -> None:
         rows = pd.DataFrame(plan_sweep(config, machine))
         return set(rows.loc[rows["held_out_for"] == "", point].itertuples(index=False, name=None))
 
+    table, every = format == "table", []
     for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
         machine = load_system(name)
         if memory_per_card(machine, 1) is None:  # a card's, never host RAM
-            print(f"{name}: card memory unknown: state memory_per_card_gb in its system file")
+            print(f"{name}: card memory unknown: state memory_per_card_gb in its system file",
+                  file=sys.stdout if table else sys.stderr)  # fmt: skip
             continue
         rows = pd.DataFrame(plan_sweep(config, machine))
         rows["card_margin_gb"] = rows["card_offer_gb"] - rows["card_gb"]  # below 0: short by
         held = rows[rows["held_out_for"] != ""]
-        print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
+        if table:
+            print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
         # the shipped variants of this system (perlmutter-80gb of perlmutter): where they fit
         variants = {v.name: fitting(v) for v in every_system() if v.name.startswith(f"{name}-")}
         keys = list(held[point].itertuples(index=False, name=None))
         where = [", ".join(v for v, fit in variants.items() if key in fit) or "-" for key in keys]
         rows.loc[held.index, "fits_on"] = where
+        if not table:
+            every.append(rows)
+            continue
         for variant, fit in variants.items():
             fit_there = sum(key in fit for key in keys)
             print(f"  held out here, fit on {variant}: {fit_there} of {len(keys)}")
@@ -69,6 +78,11 @@ def print_fit(configfile: Path, system: list[str], every_point: bool) -> None:
             print(f"  peak per card in {dtype}: {rate}{limit['source']}")
         if "host_offer_gb" in rows and rows["host_offer_gb"].isna().all():
             print(f"  host RAM unplanned: config/systems/{name}.yaml states no host_memory_gb")
+    if every:
+        found = pd.concat(every, ignore_index=True)
+        as_json = format == "json"
+        text = found.to_json(orient="records", indent=1) if as_json else found.to_csv(index=False)
+        print(str(text).rstrip("\n"))
 
 
 def warn_host_overflow(config: Mapping[str, Any]) -> None:
