@@ -112,8 +112,9 @@ def test_what_to_run_where_names_the_measured_choices(study):
     report = (study / "results/tiny/report/report.md").read_text()
     assert "## What to run where: the fastest, cheapest and least-energy point" in report
     assert "## Shard only when the model does not fit: the paper's rule, checked" in report
-    rows = {line.split("|")[3].strip(): line for line in report.splitlines()
-            if line.startswith("| tiny ") and "| measured |" in line}  # fmt: skip
+    section = report[report.index("## What to run where") : report.index("## Shard only")]
+    assert "Every row: model: tiny; system: cpu; basis: measured." in section  # said once
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line[:2] == "| "}
     assert ", eager" in rows["fastest"] and ", eager" in rows["cheapest"]
     assert "core-hours per 1M tokens" in rows["cheapest"]
 
@@ -366,7 +367,7 @@ def test_one_odd_record_takes_no_table_down(compared, tmp_path):
     named in a note; the records beside them are shown."""
     from accelstudy.report.build import build_report
     from accelstudy.report.compare import compare
-    from accelstudy.report.outputs import OUTPUTS, output
+    from accelstudy.report.outputs import REPORT_FILES, output
 
     results = tmp_path / "results" / "tiny"
     shutil.copytree(compared.parent / "results" / "tiny", results)
@@ -395,7 +396,7 @@ def test_one_odd_record_takes_no_table_down(compared, tmp_path):
                          sensitivity=sorted(results.glob("ptq/*/*/sensitivity/*.csv")),
                          assignments=sorted(results.glob("ptq/*/*/*/bits-*/assignment.json")),
                          calibration={"wikitext": 4}, bit_lists=[[16, 8, 4], [8, 4]])  # fmt: skip
-    assert index.is_file() and all(output(results, name).is_file() for name in OUTPUTS)
+    assert index.is_file() and all(output(results, name).is_file() for name in REPORT_FILES)
     report = (results / "report" / "report.md").read_text()
     shown = report[report.index("## Values not shown") :]
     assert all(str(p.relative_to(results)) in shown for p, _ in edited)
