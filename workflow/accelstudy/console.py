@@ -41,10 +41,14 @@ def print_fit(
     from accelstudy.peak import peak
 
     config, point = read_config(configfile), ["model", "strategy", "attention", "cards"]
+    systems, fit_on = every_system(), {}  # a variant's fitting points, planned once
 
     def fitting(machine: Any) -> set[tuple]:
-        rows = pd.DataFrame(plan_sweep(config, machine))
-        return set(rows.loc[rows["held_out_for"] == "", point].itertuples(index=False, name=None))
+        if machine.name not in fit_on:
+            rows = pd.DataFrame(plan_sweep(config, machine))
+            fits = rows.loc[rows["held_out_for"] == "", point]
+            fit_on[machine.name] = set(fits.itertuples(index=False, name=None))
+        return fit_on[machine.name]
 
     table, every = format == "table", []
     for name in system or sorted(p.stem for p in SYSTEMS.glob("*.yaml")):
@@ -59,7 +63,8 @@ def print_fit(
         if table:
             print(f"{name}: {len(rows) - len(held)} of {len(rows)} points fit")
         # the shipped variants of this system (perlmutter-80gb of perlmutter): where they fit
-        variants = {v.name: fitting(v) for v in every_system() if v.name.startswith(f"{name}-")}
+        shipped = [v for v in systems if v.name.startswith(f"{name}-")] if len(held) else []
+        variants = {v.name: fitting(v) for v in shipped}
         keys = list(held[point].itertuples(index=False, name=None))
         where = [", ".join(v for v, fit in variants.items() if key in fit) or "-" for key in keys]
         rows.loc[held.index, "fits_on"] = where
@@ -120,7 +125,10 @@ def dry_run_outputs(configfile: Path, system: str) -> set[str]:
 def charge_words(name: str, unit: str) -> str:
     """What the two totals count, in words: nodes held, and the site's charge by its rule."""
     rule = load_system(name).charge or {}
-    said = f"node-hours: the whole nodes the jobs hold x their hours; {unit}: what the site charges"
+    said = "node-hours: the whole nodes the jobs hold x their hours; "
+    if not rule:
+        return said + f"no charge: config/systems/{name}.yaml states no charge rule"
+    said += f"{unit}: what the site charges"
     if fractional := rule.get("fractional_qos"):
         said += f" (a job under a node in QOS {', '.join(fractional)}: its share of the node)"
     elif rule.get("per") == "core":
@@ -137,7 +145,8 @@ def time_summary(name: str, table: Any, holes: int, budget: float | None) -> dic
                "node_hours": float(total["node_hours"]), "charge": float(total["charge"]),
                "unit": unit, "energy_kwh": float(total["energy_kwh"]),
                "counts": charge_words(name, unit), "jobs_without_forecast": unknown,
-               "over_walltime": table.loc[table["over_walltime"], "point"].tolist()}  # fmt: skip
+               "over_walltime": table.loc[table["over_walltime"], "point"].tolist(),
+               "walltime": load_system(name).walltime or {}}  # fmt: skip
     if budget is not None:
         summary |= {"budget": budget, "budget_left": budget - summary["charge"]}
     return summary
@@ -145,14 +154,17 @@ def time_summary(name: str, table: Any, holes: int, budget: float | None) -> dic
 
 def summary_lines(told: dict[str, Any]) -> list[str]:
     energy = f", {told['energy_kwh']:.4g} kWh at full power" if told["energy_kwh"] else ""
-    lines = [f"{told['system']}: {told['node_hours']:.4g} node-hours, {told['charge']:.4g} "
-             f"{told['unit']}{energy} over {told['jobs']} jobs; "
+    charge = f"{told['charge']:.4g} {told['unit']}" if told["unit"] != "-" else "charge unknown"
+    lines = [f"{told['system']}: {told['node_hours']:.4g} node-hours, {charge}"
+             f"{energy} over {told['jobs']} jobs; "
              f"{told['held_out_for_memory']} held out for memory (each records its hole)",
              f"  {told['counts']}"]  # fmt: skip
     if told["jobs_without_forecast"]:
         lines.append(f"  no forecast for {told['jobs_without_forecast']} jobs (not in the totals)")
     if told["over_walltime"]:
-        lines.append(f"  over the partition's wall-time limit: {', '.join(told['over_walltime'])}")
+        limit = told["walltime"]
+        lines.append(f"  over the partition's {limit.get('max_minutes')} minutes "
+                     f"({limit.get('doc')}): {', '.join(told['over_walltime'])}")  # fmt: skip
     if "budget" in told:
         left = told["budget_left"]
         verdict = "fits in it" if left >= 0 else f"exceeds it by {-left:.4g}"

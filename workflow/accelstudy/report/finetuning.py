@@ -255,12 +255,14 @@ def sections(records: pd.DataFrame, folder: Path) -> list[Section]:
     title = "Fine-tuning points: speed-up, scaling efficiency, planned and measured memory"
     models, systems = joined(runs["model"]), joined(runs["system"])
     ours = our_numbers(runs, "finetune", models=models, systems=systems)
-    said = findings(points)  # scaling, attention, fastest, holes, systems
+    said = findings(points)
+    ours_by = dict(zip(said["finding"], said["ours"], strict=True))
     return [
         Section("Fig. 2a: fine-tuning throughput and time for fixed work against cards",
                 NOTES["finetune_figure"], figure=FIGURES[0]),
         Section("Fig. 2b: DDP vs ZeRO-3 vs FSDP for one model", figure=FIGURES[1]),
         Section(title, f"{NOTES['finetune_table']} Peak measured as: {methods or '-'}.", table),
         Section("Fine-tuning findings: the paper's beside ours", ours, said,
-                finding=f"Fine-tuning: {said['ours'].iloc[0]}; fastest: {said['ours'].iloc[2]}."),
+                finding=f"Fine-tuning: {ours_by['scaling (DDP)']}; fastest: "
+                        f"{ours_by['fastest strategy']}."),
     ]  # fmt: skip

@@ -300,7 +300,8 @@ def baseline_figure(records: pd.DataFrame) -> plt.Figure:
         bars = {"x": "label", "y": "value", "hue": "model", "order": labels, "hue_order": models}
         sns.barplot(data=accuracy, ax=axes[0], errorbar=None, **bars)
         # each bar's 95% interval (the record's standard error), and its task's chance line
-        half = 1.96 * accuracy.get("metric_acc_stderr", pd.Series(NAN, accuracy.index))
+        # the shown metric's own (lm-eval's HellaSwag shows acc_norm as its accuracy)
+        half = 1.96 * accuracy.get("metric_accuracy_stderr", pd.Series(NAN, accuracy.index))
         for model, container in zip(models, axes[0].containers, strict=False):
             for label, bar in zip(labels, container, strict=False):
                 row = (accuracy["model"] == model) & (accuracy["label"] == label)
