@@ -130,11 +130,12 @@ def baseline_job(work: Path, model: Path, data: Path, threads: int) -> dict:
     out = work / "baseline.json"
     evaluation = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["evaluation"]
     settings = relevant_settings("wikitext", "paper", evaluation)
+    evaluation = {"task": "wikitext", "protocol": "paper", "data": str(data), "limit": 1}
+    evaluation |= {"data_source": "standin", "settings": settings, "out": str(out)}
+    evaluation["items"] = str(work / "items.parquet")
     command = [str(BIN / "accelstudy"), "baseline", "--study", "bench", "--system", "cpu"]
-    command += ["--model-name", "m", "--model-dir", str(model), "--task", "wikitext"]
-    command += ["--protocol", "paper", "--data", str(data), "--data-source", "standin"]
-    command += ["--settings", json.dumps(settings), "--limit", "1", "--out", str(out)]
-    run([*command, "--items", str(work / "items.parquet")], threads)
+    command += ["--model-name", "m", "--model-dir", str(model)]
+    run([*command, "--runs", json.dumps([evaluation])], threads)
     return json.loads(out.read_text())["provenance"]["timeline"]["phases"]
 
 

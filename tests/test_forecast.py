@@ -235,6 +235,7 @@ def test_plan_time_n_lists_the_jobs_snakemake_would_run(tmp_path, capsys):
     assert out.startswith("cpu: ") and "\ncpu, per job of Snakemake's plan:" in out
     jobs = {line.split()[1] for line in out.splitlines() if ".json " in line}
     # 2 fine-tuning and 2 SR3 points, 6 baselines, 2 x 2 sensitivity chunks, 2 x 3 x 2 quantized
+    # (a row per record: a baseline job's 6, a quantize job's 2 recipes)
     assert len(jobs) == 2 + 2 + 6 + 4 + 12
     assert "finetune/smollm2-135m/ddp/fused/cards-2/repeat-0.json" in jobs
 

@@ -9,7 +9,9 @@ import shutil
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ROOT, TINY_CONFIG
@@ -24,8 +26,8 @@ from accelstudy import options
 from accelstudy.cli import build_parser
 from accelstudy.points import FinetunePoint
 flags = ["quantize", "--study", "s", "--system", "cpu", "--model-name", "m", "--task", "boolq",
-         "--data-source", "standin", "--recipe", "fake", "--model-dir", "m", "--data", "d",
-         "--settings", "{}", "--assignment", "a", "--out", "o", "--items", "i"]
+         "--data-source", "standin", "--model-dir", "m", "--data", "d", "--settings", "{}",
+         "--assignment", "a", "--runs", '[{"recipe": "fake", "out": "o", "items": "i"}]']
 print(json.dumps({"cli": build_parser().parse_args(flags).group_size,
                   "point": FinetunePoint().max_steps, "schema": str(options.SCHEMAS)}))
 """
@@ -112,14 +114,22 @@ def test_who_loads_the_weights_is_one_of_three():
         strategies.Strategy("z", "Z", "ddp", loads="rank zero")
 
 
-def test_the_protocols_are_one_list(monkeypatch):
+def test_the_protocols_are_one_list(monkeypatch, capsys):
     """tasks.PROTOCOLS names them for the config's tasks.<name>.protocols, a record's protocol
     and the CLI's --protocol; neither schema file lists them itself."""
-    from accelstudy import options, records, tasks
+    from accelstudy import cli, options, records, tasks
     from accelstudy.cli import build_parser
 
-    actions = build_parser()._subparsers._group_actions[0].choices["baseline"]._actions
-    assert next(a for a in actions if a.dest == "protocol").choices is tasks.PROTOCOLS
+    assert cli.RUN_CHOICES["protocol"] is tasks.PROTOCOLS  # what a baseline run may name
+    run = {"task": "boolq", "data": "d", "data_source": "standin", "settings": {}, "limit": 1}
+    run |= {"out": "o", "items": "i"}
+    baseline = ["baseline", "--study", "s", "--system", "cpu", "--model-name", "m"]
+    baseline += ["--model-dir", "m", "--runs"]
+    parsed = build_parser().parse_args([*baseline, json.dumps([run | {"protocol": "paper"}])])
+    assert parsed.runs[0]["protocol"] == "paper" and parsed.runs[0]["out"] == Path("o")
+    with pytest.raises(SystemExit):  # a usage error, one line
+        build_parser().parse_args([*baseline, json.dumps([run | {"protocol": "helm"}])])
+    assert "'helm' is not one of paper, lm-eval" in capsys.readouterr().err
     monkeypatch.setattr(tasks, "PROTOCOLS", (*tasks.PROTOCOLS, "helm"))
     monkeypatch.setattr(options, "PROTOCOLS", tasks.PROTOCOLS)
     monkeypatch.setattr(records, "PROTOCOLS", tasks.PROTOCOLS)

@@ -760,14 +760,15 @@ def test_samples_panel_shows_the_first_point_that_ran(tmp_path):
 
 
 def test_time_tables_join_benchmarks_and_timelines(tmp_path):
-    """A job's Snakemake benchmark beside its record's start-up and measured seconds, by the
-    record's path; a rule without records keeps blanks; a record from elsewhere stays apart."""
+    """A job's Snakemake benchmark beside its records' start-up and measured seconds, by the
+    records' paths (a baseline job's records summed: the second's from the end of the first);
+    a rule without records keeps blanks; a record from elsewhere stays apart."""
     from accelstudy.report.timing import time_tables
 
     results = tmp_path / "results" / "t"
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
     benchmarks = {
-        "baseline/m/boolq/paper": (9.5, 700.0, 9.0),
+        "baseline/m": (12.0, 700.0, 9.0),
         "cluster/m-boolq-layer-8": (1.0, 3.0, 0.5),
     }
     measured = results / "cpu"  # the system's measuring rules; cluster: the study's
@@ -786,20 +787,24 @@ def test_time_tables_join_benchmarks_and_timelines(tmp_path):
     }
     inside = measured / "baseline" / "m" / "boolq" / "paper.json"
     write_record(inside, record)
+    second = _record("hellaswag", "paper", "accuracy", 0.5)  # the job's next: its data alone
+    second["provenance"]["timeline"] = {"started_at": "-", "ready_s": 0.5, "measured_s": 0.5,
+                                        "end_s": 5.0, "phases": {"data_s": 0.25}}  # fmt: skip
+    write_record(next_one := measured / "baseline" / "m" / "hellaswag" / "paper.json", second)
     elsewhere = _write([record], tmp_path)[0]
-    rules, jobs = time_tables([inside, elsewhere], results, measured)
-    baseline = jobs[jobs["job"] == "m/boolq/paper"].iloc[0]
-    assert (baseline["wall_s"], baseline["cpu_s"], baseline["max_rss_mib"]) == (9.5, 9.0, 700.0)
-    assert (baseline["startup_s"], baseline["measured_s"]) == (4.5, 4.5)
+    rules, jobs = time_tables([inside, next_one, elsewhere], results, measured)
+    baseline = jobs[jobs["job"] == "m"].iloc[0]
+    assert (baseline["wall_s"], baseline["cpu_s"], baseline["max_rss_mib"]) == (12.0, 9.0, 700.0)
+    assert (baseline["startup_s"], baseline["measured_s"]) == (5.0, 9.0)
     phases = ["imports_s", "device_s", "model_s", "data_s"]  # the process's and rank 0's, summed
-    assert baseline[phases].tolist() == [3.0, 0.2, 0.5, 0.2]  # (round(0.25, 1): 0.2)
+    assert baseline[phases].tolist() == [3.0, 0.2, 0.5, 0.5]  # (round(0.25, 1): 0.2)
     apart = jobs[jobs["job"] == str(elsewhere.with_suffix(""))].iloc[0]
     assert pd.isna(apart["wall_s"]) and apart["startup_s"] == 4.5
     by_rule = rules.set_index("rule")
     assert (
-        by_rule.loc["baseline", "jobs"] == 2 and by_rule.loc["baseline", "startup_share"] == "50%"
-    )
-    assert by_rule.loc["baseline", "wall_share"] == "90%"  # 9.5 of 10.5 s
+        by_rule.loc["baseline", "jobs"] == 2 and by_rule.loc["baseline", "startup_share"] == "41%"
+    )  # 9.5 s of 23
+    assert by_rule.loc["baseline", "wall_share"] == "92%"  # 12 of 13 s
     assert (
         pd.isna(by_rule.loc["cluster", "startup_s"])
         and by_rule.loc["cluster", "startup_share"] == "-"

@@ -177,13 +177,14 @@ def test_where_the_time_went(study):
     tables = study / "results" / "tiny" / "tables"
     rules = pd.read_csv(tables / "time_rules.csv").set_index("rule")
     jobs = pd.read_csv(tables / "time_jobs.csv")
-    ran = {"prepare_model": 1, "prepare_data": 4, "baseline": 4, "sensitivity": 2, "cluster": 2}
-    ran |= {"gather_sensitivity": 1, "quantize": 4, "finetune": 2, "diffusion": 4}  # 2 repeats
+    # one baseline job (4 records), one quantize job per bit list (2 recipes each)
+    ran = {"prepare_model": 1, "prepare_data": 4, "baseline": 1, "sensitivity": 2, "cluster": 2}
+    ran |= {"gather_sensitivity": 1, "quantize": 2, "finetune": 2, "diffusion": 4}  # 2 repeats
     for rule, count in ran.items():
         assert rules.loc[rule, "jobs"] == count, rule
     timed = jobs.dropna(subset=["startup_s"])
     assert set(timed["rule"]) == {"baseline", "quantize", "finetune", "diffusion"}
-    assert len(timed) == 4 + 4 + 2 + 4 and timed["wall_s"].notna().all()
+    assert len(timed) == 1 + 2 + 2 + 4 and timed["wall_s"].notna().all()
     assert (timed["startup_s"] > 0).all() and (timed["measured_s"] >= 0).all()
     assert (timed["startup_s"] + timed["measured_s"] <= timed["wall_s"] + 0.2).all()
     # each job a program: its imports timed; the phases (rounded to 0.1 s) within its start-up
@@ -235,13 +236,16 @@ def test_second_invocation_has_nothing_to_do(study):
 
 
 KNOBS = [  # (config changes, the jobs they re-run besides report and all)
-    ({"tasks.hellaswag.limit": 13}, {"baseline": 2}),
+    ({"tasks.hellaswag.limit": 13}, {"baseline": 1}),  # the model's one baseline job
     ({"ptq.calibration_limit": {"wikitext": 4}, "tasks.boolq.limit": 11}, {"baseline": 1}),
-    ({"ptq.bit_lists": [[16, 8, 4], [16, 4]]}, {"cluster": 1, "quantize": 2}),
+    # one task's setting: the jobs that read it (WikiText's quantized evaluations), no other
+    ({"tasks.wikitext.limit": 3}, {"baseline": 1, "quantize": 2}),
+    ({"evaluation.boolq_max_length": 256}, {"baseline": 1}),
+    ({"ptq.bit_lists": [[16, 8, 4], [16, 4]]}, {"cluster": 1, "quantize": 1}),
     ({"diffusion.quality.sampling_steps": 4}, {"diffusion": 4}),
     ({"diffusion.data.patches": 20}, {"prepare_dust": 1, "diffusion": 4}),
     ({"ptq.sparsity": 0.5},
-     {"sensitivity": 2, "gather_sensitivity": 1, "cluster": 2, "quantize": 4}),
+     {"sensitivity": 2, "gather_sensitivity": 1, "cluster": 2, "quantize": 2}),
 ]  # fmt: skip
 
 
@@ -426,26 +430,26 @@ def plan_shipped(workdir: Path, name: str) -> tuple[dict[str, int], str]:
 
 
 def test_paper_study_plans_the_published_setup(tmp_path):
-    """config/paper.yaml: 3 tasks x 2 protocols, 22 sensitivity jobs per task, 3 bit lists x
-    3 recipes per task on TinyLlama; 3 models x 3 strategies x 5 card counts x 2 attention
+    """config/paper.yaml: one baseline job (3 tasks x 2 protocols), 22 sensitivity jobs per
+    task, a quantize job per task and bit list (3 recipes each) on TinyLlama; 3 models x 3 strategies x 5 card counts x 2 attention
     settings x 3 repeats of fine-tuning (those models get no baseline or PTQ jobs); planned
     without a network or a GPU (the authors' instruction data: a local file, here empty)."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "psychology.parquet").touch()
     assert plan_shipped(tmp_path, "paper.yaml")[0] == {
-        "prepare_data": 6, "prepare_model": 4, "baseline": 6, "sensitivity": 66,
-        "gather_sensitivity": 3, "cluster": 9, "quantize": 27, "prepare_instructions": 1,
+        "prepare_data": 6, "prepare_model": 4, "baseline": 1, "sensitivity": 66,
+        "gather_sensitivity": 3, "cluster": 9, "quantize": 9, "prepare_instructions": 1,
         "finetune": 270, "prepare_dust": 1, "diffusion": 3, "report": 1, "all": 1,
     }  # fmt: skip
 
 
 def test_gpu_smoke_study_plans_every_part_on_one_card(tmp_path):
-    """config/gpu-smoke.yaml on the gpu-workstation system: two baselines, one sensitivity
+    """config/gpu-smoke.yaml on the gpu-workstation system: a baseline job, one sensitivity
     scan and one quantized model, a DDP and an FSDP point on one card, one SR3 point and the
     report; planned here (no card), offline (the embedded GGUF and the stand-ins)."""
     jobs, planned = plan_shipped(tmp_path, "gpu-smoke.yaml")
     assert jobs == {
-        "convert_gguf": 1, "prepare_data": 3, "baseline": 2, "sensitivity": 1,
+        "convert_gguf": 1, "prepare_data": 3, "baseline": 1, "sensitivity": 1,
         "gather_sensitivity": 1, "cluster": 1, "quantize": 1, "prepare_instructions": 1,
         "finetune": 2, "prepare_dust": 1, "diffusion": 1, "report": 1, "all": 1,
     }  # fmt: skip
@@ -465,13 +469,16 @@ def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):
     for part in ("ptq", "diffusion"):
         config[part]["enabled"] = False
     config["finetune"]["repeats"] = 1  # a record that names its data file
-    del config["tasks"]["hellaswag"]  # two evaluations: one finished, one killed
+    # two baseline jobs (a model each, one task): one finished, one killed
+    config["tasks"] = {"wikitext": config["tasks"]["wikitext"]}
+    config["models"]["tiny-b"] = config["models"]["tiny"]
+    config["finetune"]["models"] = ["tiny"]
     results = tmp_path / "home" / "ada-lovelace" / "results"
     config["results_dir"] = str(results)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
            str(tmp_path / "config.yaml"), "--cores", "1", "--rerun-incomplete"]  # fmt: skip
-    baseline = results / "tiny" / "cpu" / "baseline" / "tiny"
+    baseline = results / "tiny" / "cpu" / "baseline"
     logs = results / "tiny" / "cpu" / "logs" / "baseline"
     run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)  # fmt: skip

@@ -40,6 +40,37 @@ def _spec(path: str) -> Callable[[str], Any]:
     return parse
 
 
+# a job's runs (`--runs`): each one's keys, which a rule writes (targets.StudyTargets.runs)
+RUN_KEYS = {
+    "baseline": ("task", "protocol", "data", "data_source", "settings", "limit", "out", "items"),
+    "quantize": ("recipe", "out", "items"),
+}
+RUN_CHOICES = {"task": TASK_NAMES, "protocol": PROTOCOLS}
+
+
+def _runs(stage: str) -> Callable[[str], list[dict[str, Any]]]:
+    """An argparse type: the JSON list of a job's runs, each with its stage's keys (and
+    optionally its params digest), paths as paths; a task or protocol not known: a usage error."""
+
+    def parse(text: str) -> list[dict[str, Any]]:
+        runs, keys = _json(text), RUN_KEYS[stage]
+        if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
+            raise argparse.ArgumentTypeError("not a JSON list of runs (objects)")
+        for i, run in enumerate(runs):
+            if set(keys) != set(run) - {"params_digest"}:
+                raise argparse.ArgumentTypeError(f"run {i} has keys {sorted(run)}; needs {keys}")
+            for key, allowed in RUN_CHOICES.items():
+                if key in run and run[key] not in allowed:
+                    raise argparse.ArgumentTypeError(
+                        f"run {i}: {key} {run[key]!r} is not one of {', '.join(allowed)}"
+                    )
+            run |= {key: Path(run[key]) for key in ("data", "out", "items") if key in run}
+        return runs
+
+    parse.__name__ = f"{stage} runs"
+    return parse
+
+
 def _positive(kind: type) -> Callable[[str], Any]:
     """An argparse type: a number of `kind` above zero (cards, threads, GB, a budget)."""
 
@@ -106,9 +137,9 @@ DEVICES = ["auto", "cpu", "cuda", "hpu"]
 # add_argument keywords of the options several subcommands share; a subcommand may amend them
 SHARED: dict[str, dict[str, Any]] = {
     **{name: {"required": True} for name in
-       ("study", "system", "model-name", "task", "data-source", "recipe")},
+       ("study", "system", "model-name", "task", "data-source")},
     **{name: {"type": Path, "required": True} for name in ("configfile", "model-dir", "data",
-       "out", "card", "table", "assignment", "samples", "items")},
+       "out", "card", "table", "assignment", "samples")},
     **{name: {"type": _json, "required": True} for name in ("spec", "point", "bits", "settings")},
     "limit": argument("tasks.*.limit"),
     "seed": argument("seed"),
@@ -133,11 +164,13 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         [("task", {"choices": TASK_NAMES}),
          ("spec", {"type": _spec("tasks.*"), "help": "the tasks.<name> config entry"}),
          ("split", {"required": True, "choices": SPLITS}), "out"]),
-    "baseline": ("evaluate the unquantized model on one task", "evaluate.baseline:baseline",
-        ["study", "system", "model-name", "task", "data-source",
-         ("protocol", {"required": True, "choices": PROTOCOLS}), "model-dir", "data",
-         ("settings", {"help": "the evaluation config block"}), "limit", "device", "out",
-         ("items", {"help": "per-item results (Parquet)"}), "params-digest"]),
+    "baseline": ("evaluate the unquantized model on every task and protocol given",
+        "evaluate.baseline:baselines",
+        ["study", "system", "model-name", "model-dir", "device",
+         ("runs", {"type": _runs("baseline"), "required": True,
+                   "help": "JSON list: each evaluation's task, protocol, data, data_source, "
+                           "settings, limit, out (its record), items (per-item Parquet) and "
+                           "optional params_digest"})]),
     "report": ("collect records into tables, figures and the report", _report,
         ["study", ("system", {"help": "whose records the sections show", "required": False}),
          ("records", {"type": Path, "nargs": "+", "required": True}),
@@ -157,14 +190,17 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
     "cluster": ("sensitivity table -> layer-to-bits map", "ptq.clustering:cluster",
         ["table", "bits", ("method", "ptq.clustering"), ("remainder", "ptq.remainder"),
          "model-dir", "out"]),
-    "quantize": ("quantize per an assignment and evaluate", "ptq.quantize:quantize",
-        ["study", "system", "model-name", "task", "data-source", "recipe", "model-dir", "data",
+    "quantize": ("quantize per an assignment under each recipe given, and evaluate",
+        "ptq.quantize:quantize_recipes",
+        ["study", "system", "model-name", "task", "data-source", "model-dir", "data",
          "settings", "limit", "assignment", ("group-size", "ptq.group_size"),
          ("symmetric", "ptq.symmetric"),
          ("calibration", {"type": Path, "help": "calibration split (FP8 MEASURE pass)"}),
          ("fp8-format", "ptq.fp8_format"), ("fp8-without-hpu", "ptq.fp8_without_hpu"),
-         ("device", {"choices": None}), "out", ("items", {"help": "per-item results (Parquet)"}),
-         "params-digest"]),
+         ("device", {"choices": None}),
+         ("runs", {"type": _runs("quantize"), "required": True,
+                   "help": "JSON list: each recipe's recipe, out (its record), items (per-item "
+                           "Parquet) and optional params_digest"})]),
     "prepare-instructions": ("instruction data for fine-tuning, cached",
         "data.instructions:prepare_instructions",
         [("spec", {"type": _spec("finetune.data"), "help": "the finetune.data config entry"}),

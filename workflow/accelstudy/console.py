@@ -118,8 +118,9 @@ def dry_run_outputs(configfile: Path, system: str) -> set[str]:
     if ran.returncode:
         raise SystemExit(f"snakemake --dry-run failed:\n{ran.stderr[-2000:]}")
     lines = [line.strip() for line in ran.stdout.splitlines()]
-    return {part.strip() for line in lines if line.startswith("output:") for part in
-            line.removeprefix("output:").split(",")}  # fmt: skip
+    parts = [part for line in lines if line.startswith("output:")
+             for part in line.removeprefix("output:").split(",")]  # fmt: skip
+    return {part.strip().removesuffix(" (update)") for part in parts}  # a flag, said after it
 
 
 def charge_words(name: str, unit: str) -> str:

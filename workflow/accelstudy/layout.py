@@ -36,6 +36,25 @@ RECORD_STAGES = ("baseline", "sensitivity", *MEASURED_STAGES[1:])
 STAGE_RULE = {"quantized": "quantize"}  # a record's stage -> the rule that writes it (else its own)
 MEASURING = tuple(STAGE_RULE.get(stage, stage) for stage in MEASURED_STAGES)
 MEASURING_FOLDERS = tuple(OUTPUTS[rule].split("/")[1] for rule in MEASURING)
+# The wildcards one job of a rule covers every value of: one process evaluates a model on every
+# task under every protocol (the baseline), or one bit list's assignment under every recipe
+# (quantize); it loads and imports once and writes a record per value, each where it was before.
+COVERS = {"baseline": ("task", "protocol"), "quantize": ("recipe",)}
+
+
+def job_template(rule: str) -> str:
+    """Where a job of the rule is named (its log, its benchmark): its output less the folders
+    and file named by the wildcards the job covers ("baseline/{model}" for the baseline)."""
+    parts = OUTPUTS[rule].split("/")
+    covered = [p for p in parts if any(f"{{{w}}}" in p for w in COVERS.get(rule, ()))]
+    return "/".join(parts[: len(parts) - len(covered)])
+
+
+def job_of(rule: str, inside: str | Path) -> str:
+    """The name of the job that wrote a record (its path below the system folder)."""
+    drop = OUTPUTS[rule].count("/") - job_template(rule).count("/")
+    parts = Path(inside).parts
+    return job_name(Path(*parts[: len(parts) - drop]))
 
 
 def beside(path: str | Path, what: str) -> str:
@@ -119,13 +138,34 @@ class StudyLayout:
 
     def log(self, rule: str, kind: str = "logs", suffix: str = ".log") -> str:
         root = self.measured if OUTPUTS[rule].startswith("{measured}") else self.results
-        return f"{root}/{kind}/{rule}/{job_name(OUTPUTS[rule].split('/', 1)[1])}{suffix}"
+        return f"{root}/{kind}/{rule}/{job_name(job_template(rule).split('/', 1)[1])}{suffix}"
 
     def benchmark(self, rule: str) -> str:
         return self.log(rule, "benchmarks", ".tsv")
 
+    def covered(self, rule: str, what: str | None = None) -> list[str]:
+        """The outputs (or the files beside them) of one job of the rule: its template with
+        every value of the wildcards the job covers filled in, the others left as {name}."""
+        tasks = self.config["tasks"]
+        runs = {"quantize": [{"recipe": r} for r in self.config["ptq"]["recipes"]]}
+        runs["baseline"] = [{"task": t, "protocol": p} for t in sorted(tasks)
+                            for p in tasks[t]["protocols"]]  # fmt: skip
+        filled = []
+        for each in runs[rule]:
+            path = self.output(rule)
+            for key, value in each.items():
+                path = path.replace(f"{{{key}}}", str(value))
+            filled.append(beside(path, what) if what else path)
+        return filled
+
+    def members(self, rule: str, w: Any) -> list[dict[str, str]]:
+        """The wildcards of each record one job of the rule writes (w: the job's wildcards)."""
+        given = dict(w.items()) if hasattr(w, "items") else dict(vars(w))
+        return [wildcards_of(rule, path.format(**given)) for path in self.covered(rule)]
+
     def jobs(self) -> Iterator[PlannedJob]:
-        """Every job of the study that writes a record or feeds the report, in config order."""
+        """Every record of the study and every job that feeds the report, in config order (a
+        record of a rule in COVERS is one of its job's)."""
         config, ptq = self.config, self.config["ptq"]
         evaluated = [m for m in sorted(config["models"]) if config["models"][m]["evaluate"]]
         for model in evaluated:

@@ -17,6 +17,7 @@ from accelstudy.errors import StudyError
 from accelstudy.files import read_json
 from accelstudy.forecast import StudyEstimates
 from accelstudy.layout import (
+    COVERS,
     MEASURING,
     StudyLayout,
     beside,
@@ -110,6 +111,10 @@ class StudyTargets(StudyLayout):
     def eval_split_file(self, w: Any) -> str:
         return self.path("prepare_data", task=w.task, split=self.task(w)["eval_split"])
 
+    def eval_split_files(self, w: Any) -> list[str]:
+        """Every task's evaluation split: what a baseline job (every task) reads."""
+        return [self.eval_split_file(SimpleNamespace(task=task)) for task in self.tasks]
+
     def calibration_file(self, w: Any) -> str:
         """Calibration data as the paper's: WikiText validation, HellaSwag/BoolQ train."""
         return self.path("prepare_data", task=w.task, split=TASKS[w.task].calibration_split)
@@ -140,8 +145,10 @@ class StudyTargets(StudyLayout):
         return [self.path("sensitivity", **run, chunk=i) for i in range(self.ptq["chunks"])]
 
     def fp8_flags(self, w: Any) -> str:
-        """The fp8 recipe's own options (other recipes take none: a change re-runs only fp8)."""
-        if w.recipe != "fp8":
+        """The fp8 recipe's own options, for a job or record of it (a record of another recipe
+        takes none: its digest stays)."""
+        recipe = getattr(w, "recipe", None)
+        if "fp8" not in ([recipe] if recipe else self.ptq["recipes"]):
             return ""
         values = (self.ptq["fp8_format"], self.ptq["fp8_without_hpu"])  # enums, quoted all the same
         return "--fp8-format {} --fp8-without-hpu {}".format(*map(shlex.quote, values))
@@ -157,11 +164,35 @@ class StudyTargets(StudyLayout):
     def measuring_params(self, rule: str) -> dict[str, Any]:
         """The params `rule` passes its job (values, or functions of the job's wildcards), with
         `digest`: a hash of them and of what the job's inputs were made under, which the job
-        writes into its record, so a record is checked against the study (`misfits`)."""
+        writes into its record, so a record is checked against the study (`misfits`). A job
+        that covers several records (layout.COVERS) gets what they share and `runs`: each
+        record's own values, place and digest."""
+        if rule in COVERS:
+            shared = self._passed(rule) if rule == "quantize" else self._named()
+            return shared | {"runs": lambda w: self.runs(rule, w)}
         return self._passed(rule) | {"digest": lambda w: self.params_digest(rule, w)}
 
+    def runs(self, rule: str, w: Any) -> str:
+        """The JSON of a covering job's runs (the CLI's --runs), one per record it writes."""
+        runs = []
+        for member in self.members(rule, w):
+            m, path = SimpleNamespace(**member), self.path(rule, **member)
+            run = {"out": path, "items": beside(path, "items")}
+            if rule == "baseline":
+                task = self.task(m)
+                run |= {"task": m.task, "protocol": m.protocol, "data": self.eval_split_file(m)}
+                run |= {"data_source": task["source"], "limit": task["limit"]}
+                run["settings"] = json.loads(self.eval_settings(m))
+            else:
+                run["recipe"] = m.recipe
+            runs.append(run | {"params_digest": self.params_digest(rule, m)})
+        return json.dumps(runs)
+
+    def _named(self) -> dict[str, Any]:
+        return {"study": self.config["study"], "system": self.system.name}
+
     def _passed(self, rule: str) -> dict[str, Any]:
-        named: dict[str, Any] = {"study": self.config["study"], "system": self.system.name}
+        named = self._named()
         task = {"limit": self.task_value("limit"), "source": self.task_value("source")}
         if rule == "baseline":
             return named | task | {"settings": self.eval_settings}
@@ -193,8 +224,11 @@ class StudyTargets(StudyLayout):
     # Snakemake's mtime check re-runs it (where it holds no metadata for the record, as in a
     # copied results folder, its params check cannot), and dated 1970 otherwise. Under the
     # working directory's .snakemake/, remade from the records at every parse.
-    def settings_stamp(self, rule: str) -> Callable[[Any], str]:
-        return lambda w: _stamp(self.path(rule, **dict(w.items())))
+    def settings_stamp(self, rule: str) -> Callable[[Any], list[str]]:
+        """The job's stamps: its record's, or each record's of a covering job."""
+        if rule in COVERS:
+            return lambda w: [_stamp(self.path(rule, **m)) for m in self.members(rule, w)]
+        return lambda w: [_stamp(self.path(rule, **dict(w.items())))]
 
     def stamp_misfits(self) -> dict[str, str]:
         """Date each measuring job's stamp (see settings_stamp); return the misfits."""
@@ -278,7 +312,12 @@ class StudyTargets(StudyLayout):
         retry after a time-out gets more), within the system's wall-time limit."""
 
         def runtime(wildcards: Any, attempt: int) -> int:
-            return self.estimates.runtime(rule, wildcards, attempt)
+            if rule not in COVERS:
+                return self.estimates.runtime(rule, wildcards, attempt)
+            members = [SimpleNamespace(**m) for m in self.members(rule, wildcards)]
+            minutes = sum(self.estimates.runtime(rule, m, attempt) for m in members)
+            limit = (self.system.walltime or {}).get("max_minutes")
+            return min(minutes, limit) if limit else minutes
 
         return {"mem_mb": 8000, "runtime": runtime}
 

@@ -20,6 +20,7 @@ SPENT: dict[str, float] = {}  # seconds in each start-up phase (exclusive: a nes
 MODEL_BYTES: dict[str, int] = {}  # "read": the model files' bytes the model phase read
 RANK_PHASES: dict[str, float | int] = {}  # a launched point's: its rank 0's phases()
 _RUNNING: list[list] = []  # [phase, since] of the phases entered and not left, innermost last
+_BEGUN: list[float] = []  # when each job of this process began (one process may run several)
 
 
 def starting() -> None:
@@ -46,8 +47,15 @@ def begin_job() -> None:
     imports = SPENT.pop("imports", None)
     for kept in (MARKS, SPENT, MODEL_BYTES, RANK_PHASES):
         kept.clear()
-    if imports is not None:
+    if imports is not None and not _BEGUN:
         SPENT["imports"] = imports
+    _BEGUN.append(time.time())
+
+
+def job_start() -> float:
+    """When this job began (epoch seconds): its process's start for the process's first job
+    (whose start-up the process's is), else when it began (after the job before it)."""
+    return _BEGUN[-1] if len(_BEGUN) > 1 else process_start()
 
 
 def _charge(now: float) -> None:
@@ -105,8 +113,9 @@ def process_start() -> float:
 
 
 def since_start() -> dict[str, Any]:
-    """This process's start (what Snakemake started) and each phase, in seconds after it."""
-    start = process_start()
+    """This job's start (its process's, what Snakemake started, for the first job a process
+    runs) and each phase, in seconds after it."""
+    start = job_start()
     seconds = {f"{phase}_s": round(at - start, 3) for phase, at in MARKS.items()}
     started = dt.datetime.fromtimestamp(start, dt.UTC).isoformat(timespec="seconds")
     ended = {"end_s": round(time.time() - start, 3), "phases": phases()}

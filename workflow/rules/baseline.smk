@@ -1,12 +1,14 @@
-# The unquantized (FP32) model on every task, under every configured protocol.
+# The unquantized (FP32) model on every task, under every configured protocol: one job (one
+# process, the model loaded once) per model, a record per task and protocol. update(): a job
+# that fails puts back the records it had (a rerun for one task's setting loses no other's).
 rule baseline:
     input:
         model=STUDY.output("prepare_model"),
-        data=STUDY.eval_split_file,
+        data=STUDY.eval_split_files,
         settings=STUDY.settings_stamp("baseline"),
     output:
-        record=STUDY.output("baseline"),
-        per_item=STUDY.beside("baseline", "items"),
+        records=[update(path) for path in STUDY.covered("baseline")],
+        per_item=[update(path) for path in STUDY.covered("baseline", "items")],
     log:
         STUDY.log("baseline"),
     benchmark:
@@ -20,7 +22,4 @@ rule baseline:
     shell:
         "OMP_NUM_THREADS={threads} accelstudy baseline --study {params.study:q} "
         "--system {params.system:q} --model-name {wildcards.model:q} "
-        "--model-dir {input.model:q} --task {wildcards.task:q} --protocol {wildcards.protocol:q} "
-        "--data {input.data:q} --data-source {params.source:q} --settings {params.settings:q} "
-        "--limit {params.limit:q} --out {output.record:q} --items {output.per_item:q} "
-        "--params-digest {params.digest:q} > {log:q} 2>&1"
+        "--model-dir {input.model:q} --runs {params.runs:q} > {log:q} 2>&1"

@@ -1,5 +1,6 @@
 # Part 1: sensitivity-aware mixed-precision PTQ. Scatter: one sensitivity job per chunk of
-# layers; one clustering job per bit list; one quantized evaluation per (bit list, recipe).
+# layers; one clustering job per bit list; one quantized evaluation job per bit list, a record
+# per recipe (each recipe's model is its own: quantized from a fresh load, in one process).
 # Evaluation jobs take one core each locally (site profiles set their threads): two at once
 # overlap their single-threaded start-up; the scan, on the longest chain, starts first.
 rule sensitivity:
@@ -77,9 +78,10 @@ rule quantize:
         assignment=STUDY.output("cluster"),
         calibration=STUDY.calibration_file,
         settings=STUDY.settings_stamp("quantize"),
+    # update(): a job that fails puts back the records it had
     output:
-        record=STUDY.output("quantize"),
-        per_item=STUDY.beside("quantize", "items"),
+        records=[update(path) for path in STUDY.covered("quantize")],
+        per_item=[update(path) for path in STUDY.covered("quantize", "items")],
     log:
         STUDY.log("quantize"),
     benchmark:
@@ -93,9 +95,8 @@ rule quantize:
     shell:
         "OMP_NUM_THREADS={threads} accelstudy quantize --study {params.study:q} "
         "--system {params.system:q} --model-name {wildcards.model:q} --task {wildcards.task:q} "
-        "--data-source {params.source:q} --recipe {wildcards.recipe:q} "
-        "--model-dir {input.model:q} --data {input.data:q} --settings {params.settings:q} "
-        "--limit {params.limit:q} --assignment {input.assignment:q} "
-        "--group-size {params.group_size:q} --symmetric {params.symmetric:q} "
-        "--calibration {input.calibration:q} {params.fp8} --out {output.record:q} "
-        "--items {output.per_item:q} --params-digest {params.digest:q} > {log:q} 2>&1"
+        "--data-source {params.source:q} --model-dir {input.model:q} --data {input.data:q} "
+        "--settings {params.settings:q} --limit {params.limit:q} "
+        "--assignment {input.assignment:q} --group-size {params.group_size:q} "
+        "--symmetric {params.symmetric:q} --calibration {input.calibration:q} {params.fp8} "
+        "--runs {params.runs:q} > {log:q} 2>&1"

@@ -53,14 +53,29 @@ class EvalJob(Job):
         return Record(inputs=inputs, **fields)
 
 
-def baseline(*, protocol: str, **flags: Any) -> dict[str, Any]:
-    """Evaluate the unquantized model on one task and write its result record."""
+Loaded = dict[str, tuple[PreTrainedModel, Tokenizer]]  # a dtype -> the model loaded in it
+
+
+def baseline(*, protocol: str, loaded: Loaded | None = None, **flags: Any) -> dict[str, Any]:
+    """Evaluate the unquantized model on one task and write its result record; `loaded`: the
+    models an earlier evaluation in this process loaded (evaluation leaves them as they were)."""
     job = EvalJob.from_flags(**flags)
     dtype = job.resolve_dtype(job.settings.get("dtype", "float32"), job.device.kind)
-    model, tokenizer = load_prepared(job.model_dir, devices.DTYPES[dtype], job.device.torch)
+    loaded = {} if loaded is None else loaded
+    if dtype not in loaded:
+        loaded[dtype] = load_prepared(job.model_dir, devices.DTYPES[dtype], job.device.torch)
+    model, tokenizer = loaded[dtype]
     metrics = job.evaluate(model, tokenizer, protocol)
     parameters = {"settings": job.settings, "limit": job.limit, "dtype": dtype}
     method = "fp32" if dtype == "float32" else dtype
     hashed = {"parameters": parameters, "task": job.task, "protocol": protocol}
     measured = {"parameters": parameters, "metrics": metrics, "hashed": hashed}
     return job.write(job.measured(stage="baseline", method=method, protocol=protocol, **measured))
+
+
+def baselines(*, runs: list[dict[str, Any]], **shared: Any) -> list[dict[str, Any]]:
+    """The baseline job: one model on every task under every protocol (`runs`: each one's
+    task, protocol, data, settings, limit, record and items), one process, the model loaded
+    once; each record written as its evaluation ends."""
+    loaded: Loaded = {}
+    return [baseline(**shared, **run, loaded=loaded) for run in runs]

@@ -218,3 +218,9 @@ def quantize(**flags: Any) -> dict[str, Any]:
     method = f"{job.recipe} {bits_label(spec['bits'])}"
     measured = {"protocol": "paper", "parameters": parameters, "metrics": metrics}
     return job.write(job.measured(stage="quantized", method=method, **measured))
+
+
+def quantize_recipes(*, runs: list[dict[str, Any]], **shared: Any) -> list[dict[str, Any]]:
+    """The quantize job: one bit list's assignment under every recipe (`runs`: each one's
+    recipe, record and items) in one process; each recipe quantizes a fresh load."""
+    return [quantize(**shared, **run) for run in runs]

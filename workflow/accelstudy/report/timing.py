@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelstudy.files import read_json
-from accelstudy.layout import STAGE_RULE, job_name
+from accelstudy.layout import STAGE_RULE, job_of
 from accelstudy.report.outputs import output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.timeline import STARTUP
@@ -32,9 +32,10 @@ def benchmarks(*roots: Path) -> pd.DataFrame:
 
 
 def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFrame:
-    """A row per record: seconds from its process start to its first measured step (start-up:
+    """A row per job: seconds from its process start to its first measured step (start-up:
     interpreter, imports, model and data, warm-up), the phases of it the job named (a launched
-    point's: its own and its rank 0's, one after the other), and from there to its record."""
+    point's: its own and its rank 0's, one after the other), and from there to its record; a
+    job writing several records (layout.COVERS), each record's (from the one before) summed."""
     rows = []
     for path in map(Path, record_paths):
         record = read_json(path)
@@ -44,13 +45,14 @@ def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFram
         startup = times.get("measured_s", times.get("ready_s", times["end_s"]))
         rule = STAGE_RULE.get(record["stage"], record["stage"])
         try:  # named as its benchmark is (accelstudy.layout)
-            job = job_name(path.resolve().relative_to(measured.resolve()))
+            job = job_of(rule, path.resolve().relative_to(measured.resolve()))
         except ValueError:  # a record from elsewhere: named by its path
             job = str(path.with_suffix(""))
         spent = pd.DataFrame([times.get("phases", {}), times.get("rank_phases", {})])
         phases = spent.reindex(columns=PHASES).sum(min_count=1)  # a phase neither timed: blank
         rows.append([rule, job, startup, *phases, times["end_s"] - startup])
-    return pd.DataFrame(rows, columns=TIMED)
+    table = pd.DataFrame(rows, columns=TIMED)
+    return table.groupby(["rule", "job"], as_index=False).sum(min_count=1)[TIMED]
 
 
 def time_tables(
