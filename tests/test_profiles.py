@@ -37,9 +37,10 @@ class JobResources(dict):
 
 
 class PlannedJob:
-    def __init__(self, rule: str, threads: int, resources: dict, output: str = "") -> None:
+    def __init__(self, rule: str, threads: int, resources: dict, outputs: list[str]) -> None:
         self.name, self.threads, self.resources = rule, threads, JobResources(resources)
-        self.output = output  # its first output file
+        self.outputs = outputs  # its output files (a baseline or quantize job's: its records')
+        self.output = outputs[0] if outputs else ""
 
     def is_group(self) -> bool:
         return False
@@ -77,18 +78,19 @@ def _value(text: str):
 
 def planned_jobs(stdout: str) -> list[PlannedJob]:
     """Rule, threads and resources of every job block in a dry run's output."""
-    jobs, rule, threads, output = [], None, 1, ""
+    jobs, rule, threads, outputs = [], None, 1, []
     for line in stdout.splitlines():
         if line.startswith(("rule ", "localrule ")) and line.endswith(":"):
             rule, threads = line.split()[1].rstrip(":"), 1
         elif rule and line.strip().startswith("output:"):
-            output = line.split(":", 1)[1].split(",")[0].strip()
+            parts = line.split(":", 1)[1].split(",")
+            outputs = [part.strip().removesuffix(" (update)") for part in parts]
         elif rule and line.strip().startswith("threads:"):
             threads = int(line.split(":")[1])
         elif rule and line.strip().startswith("resources:"):
             items = line.split(":", 1)[1].split(", ")
             resources = {k.strip(): _value(v) for k, _, v in (i.partition("=") for i in items)}
-            jobs.append(PlannedJob(rule, threads, resources, output))
+            jobs.append(PlannedJob(rule, threads, resources, outputs))
             rule = None
     return jobs
 
@@ -258,7 +260,8 @@ def test_diffusion_points_ask_for_their_devices(tmp_path):
 
 def test_each_jobs_runtime_is_its_forecast_times_the_margin(tmp_path):
     """The time limit sbatch gets is the job's forecast (accelstudy.forecast) times the stated
-    margin, at least MIN_MINUTES, at most the partition's limit of the system file."""
+    margin, at least MIN_MINUTES, at most the partition's limit of the system file; a job
+    writing several records (a baseline job's 6, a quantize job's 3 recipes) their sum."""
     from accelstudy.config import validate_config
     from accelstudy.forecast import MARGIN, MIN_MINUTES, StudyEstimates
     from accelstudy.systems import load_system
@@ -272,11 +275,14 @@ def test_each_jobs_runtime_is_its_forecast_times_the_margin(tmp_path):
     measuring = [j for j in planned_jobs(result.stdout) if j.output in study.works]
     assert {j.name for j in measuring} == {"baseline", "sensitivity", "quantize", "finetune",
                                            "diffusion"}  # fmt: skip
-    assert len(measuring) == len(study.works) == 6 + 66 + 27 + 270 + 3
+    assert len(measuring) == 1 + 66 + 9 + 270 + 3
+    assert sum(len([o for o in j.outputs if o in study.works]) for j in measuring) == len(
+        study.works
+    ) == 6 + 66 + 27 + 270 + 3  # fmt: skip
     limit = system.walltime["max_minutes"]
     for job in measuring:
-        told = study.of(job.output)
-        wanted = min(limit, max(MIN_MINUTES, math.ceil(told.seconds * MARGIN / 60)))
+        told = [study.of(output) for output in job.outputs if output in study.works]
+        wanted = min(limit, sum(max(MIN_MINUTES, math.ceil(t.seconds * MARGIN / 60)) for t in told))
         assert job.resources["runtime"] == wanted, job.output
         assert f"-t {wanted}" in sbatch_line(job, executor_settings("perlmutter"))
     # the one-device SR3 point at the paper's A100 rate (305 minutes published): the longest
