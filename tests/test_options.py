@@ -114,6 +114,40 @@ def test_who_loads_the_weights_is_one_of_three():
         strategies.Strategy("z", "Z", "ddp", loads="rank zero")
 
 
+def test_a_recipe_registered_alone_reaches_the_schema_the_rules_and_table_1(monkeypatch):
+    """The recipe registry (accelstudy.recipes) is the one list: a recipe added there and
+    nowhere else is a config choice, passed its own options only where it runs (the rules'
+    flags, its records' digests), and headed in Table 1 by what it says of itself."""
+    import pandas as pd
+    from accelstudy import options, recipes
+    from accelstudy.config import validate_config
+    from accelstudy.report import quantization
+    from accelstudy.systems import load_system
+    from accelstudy.targets import StudyTargets
+
+    sim = recipes.Recipe("int8-sim", None, "INT8 sim", "m:f", simulated=True, options=("bits",))
+    monkeypatch.setitem(recipes.RECIPES, "int8-sim", sim)
+    monkeypatch.setattr(quantization, "RECIPE_LABELS", {**quantization.RECIPE_LABELS,
+                                                        "int8-sim": "INT8 sim"})  # fmt: skip
+    monkeypatch.setattr(quantization, "SIMULATED", [*quantization.SIMULATED, "INT8 sim"])
+    options._schema.cache_clear()
+    try:
+        assert options.node("ptq.recipes")["items"]["enum"][-1] == "int8-sim"
+        config = json.loads(json.dumps(TINY_CONFIG))
+        config["ptq"]["recipes"] = ["nvidia", "int8-sim"]
+        config = validate_config(config)
+        config["ptq"]["bits"] = 7  # the recipe's own option (one the schema would name)
+        study = StudyTargets(config, load_system("cpu"))
+        job = {"model": "tiny", "task": "wikitext", "granularity": "layer", "bits": "16-8-4"}
+        assert study.recipe_flags(type("W", (), job)()) == "--bits 7"  # the job runs it
+        assert study.recipe_flags(type("W", (), job | {"recipe": "nvidia"})()) == ""
+        records = pd.DataFrame({"stage": "quantized", "method": ["int8-sim 8-4", "nvidia 8-4"]})
+        _, quantized = quantization._quantized(records.assign(protocol=None))
+        assert quantized["column"].tolist() == ["8-4", "FP16/INT8 8-4"]  # simulated: bits alone
+    finally:
+        options._schema.cache_clear()
+
+
 def test_the_protocols_are_one_list(monkeypatch, capsys):
     """tasks.PROTOCOLS names them for the config's tasks.<name>.protocols, a record's protocol
     and the CLI's --protocol; neither schema file lists them itself."""

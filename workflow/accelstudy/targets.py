@@ -26,6 +26,7 @@ from accelstudy.layout import (
     system_folders,
 )
 from accelstudy.options import node
+from accelstudy.recipes import RECIPES
 from accelstudy.systems import System
 from accelstudy.tasks import SPLITS, TASKS, relevant_settings
 
@@ -144,14 +145,13 @@ class StudyTargets(StudyLayout):
         run = {"model": w.model, "task": w.task, "granularity": w.granularity}
         return [self.path("sensitivity", **run, chunk=i) for i in range(self.ptq["chunks"])]
 
-    def fp8_flags(self, w: Any) -> str:
-        """The fp8 recipe's own options, for a job or record of it (a record of another recipe
-        takes none: its digest stays)."""
+    def recipe_flags(self, w: Any) -> str:
+        """The options only some recipes read (recipes.Recipe.options), for a job or a record
+        of them (a record of a recipe reading none keeps its digest when they change)."""
         recipe = getattr(w, "recipe", None)
-        if "fp8" not in ([recipe] if recipe else self.ptq["recipes"]):
-            return ""
-        values = (self.ptq["fp8_format"], self.ptq["fp8_without_hpu"])  # enums, quoted all the same
-        return "--fp8-format {} --fp8-without-hpu {}".format(*map(shlex.quote, values))
+        keys = dict.fromkeys(k for r in ([recipe] if recipe else self.ptq["recipes"])
+                             for k in RECIPES[r].options)  # fmt: skip
+        return " ".join(f"--{k.replace('_', '-')} {shlex.quote(str(self.ptq[k]))}" for k in keys)
 
     def finetune_point_json(self, w: Any) -> str:
         """The point as the worker reads it: only the finetune keys a point depends on."""
@@ -198,8 +198,8 @@ class StudyTargets(StudyLayout):
             return named | task | {"settings": self.eval_settings}
         if rule == "quantize":
             group, symmetric = self.ptq["group_size"], str(self.ptq["symmetric"]).lower()
-            fp8 = {"fp8": self.fp8_flags, "group_size": group, "symmetric": symmetric}
-            return named | task | {"settings": self.paper_settings} | fp8
+            own = {"recipe_flags": self.recipe_flags, "group_size": group, "symmetric": symmetric}
+            return named | task | {"settings": self.paper_settings} | own
         if rule == "finetune":
             source = self.config["finetune"]["data"]["source"]
             return named | {"point": self.finetune_point_json, "source": source}

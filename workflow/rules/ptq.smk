@@ -98,5 +98,5 @@ rule quantize:
         "--data-source {params.source:q} --model-dir {input.model:q} --data {input.data:q} "
         "--settings {params.settings:q} --limit {params.limit:q} "
         "--assignment {input.assignment:q} --group-size {params.group_size:q} "
-        "--symmetric {params.symmetric:q} --calibration {input.calibration:q} {params.fp8} "
+        "--symmetric {params.symmetric:q} --calibration {input.calibration:q} {params.recipe_flags} "
         "--runs {params.runs:q} > {log:q} 2>&1"

@@ -210,7 +210,7 @@ def quantize(**flags: Any) -> dict[str, Any]:
     metrics["compression_ratio"] = round(ratio, 4)
     metrics.update(model_compression_ratio=round(reference / stored, 4), stored_bytes=stored)
     parameters = {"bits": spec["bits"], "method": spec["method"], "recipe": job.recipe}
-    parameters["fp8_format"] = job.fp8_format if job.recipe == "fp8" else None
+    parameters["fp8_format"] = job.fp8_format if "fp8_format" in recipe.options else None
     parameters |= {"remainder": spec.get("remainder"), "sensitivity": spec.get("sensitivity")}
     parameters |= {"group_size": job.group_size, "symmetric": job.symmetric, "limit": job.limit}
     parameters["assignment"] = spec.get("layer_bits", spec.get("module_bits"))
