@@ -13,6 +13,8 @@ rule baseline:
         STUDY.log("baseline"),
     benchmark:
         STUDY.benchmark("baseline")
+    # one core for every task: started early, beside the scan, not left alone at the end
+    priority: 1
     conda:
         CONDA_ENV
     resources:

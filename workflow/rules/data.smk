@@ -8,6 +8,8 @@ rule prepare_model:
         STUDY.benchmark("prepare_model")
     wildcard_constraints:
         model=STUDY.model_pattern(gguf=False),
+    # every evaluation, scan and point waits for it: first, before a point takes both cores
+    priority: 3
     conda:
         CONDA_ENV
     threads: 2
