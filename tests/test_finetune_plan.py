@@ -113,7 +113,7 @@ def smollm2_shaped(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("strategy", "processes"), [("ddp", 1), ("zero3", 2), ("fsdp", 2)])
-def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped, tmp_path):
+def test_measured_cpu_peak_within_the_planner_bench_bounds(strategy, processes, smollm2_shaped, tmp_path):
     """The CPU peak is each rank's RSS growth from just before the model loads to its
     maximum (getrusage), against the planner's total for a cpu device. Two optimizer steps of
     one micro-batch each: the second's activations meet the optimizer states the first made,
@@ -132,10 +132,11 @@ def test_measured_cpu_peak_within_25_percent(strategy, processes, smollm2_shaped
     assert finished.returncode == 0, finished.stderr[-3000:]
     predicted = plan_card(load_model_config(smollm2_shaped), point, "cpu").total
     metrics = json.loads(out.read_text())["metrics"]
-    for peak in metrics["peak_memory_per_rank"]:
-        assert predicted == pytest.approx(peak, rel=0.25)
+    for peak in metrics["peak_memory_per_rank"]:  # bench/planner.py's bounds (issue #46)
+        assert 0 <= predicted / peak - 1 <= 0.35, (predicted, peak)
     host = plan_host(load_model_config(smollm2_shaped), point, "cpu", ranks_per_node=processes)
-    assert host.total == pytest.approx(sum(metrics["host_peak_rss_per_rank"]), rel=0.25)
+    measured_host = sum(metrics["host_peak_rss_per_rank"])
+    assert -0.10 <= host.total / measured_host - 1 <= 0.50, (host.total, measured_host)
     if strategy == "fsdp":  # rank 0 read 142 MB of bf16 weights; rank 1 built empty tensors
         first, second = metrics["load_rss_growth_per_rank"]
         assert first > 100e6 and second < 0.2 * first
@@ -264,6 +265,16 @@ def fake_scontrol(*args: str) -> list[str]:
     return ["nid001", "nid002"]
 
 
+def test_two_slurm_jobs_on_one_node_rendezvous_on_their_own_ports():
+    """A 2-node fine-tuning point and a 2-node SR3 point of one study may share nodes: a fixed
+    c10d port (29500) made the second fail at once (the SLURM study's retried point)."""
+    from accelstudy.launch import RENDEZVOUS_PORT, rendezvous_port
+
+    ports = {rendezvous_port({"SLURM_JOB_ID": job}) for job in ("7", "8", "12345")}
+    assert ports == {20007, 20008, 22345}
+    assert rendezvous_port({}) == RENDEZVOUS_PORT  # outside SLURM: torch's default
+
+
 def test_launch_lines_per_site(monkeypatch):
     """Multi-node: the node list comes from the job id, the only SLURM_* variable the
     plugin's job step keeps of the allocation's."""
@@ -287,7 +298,7 @@ def test_launch_lines_per_site(monkeypatch):
         "--nproc-per-node=4",
         "--nnodes=2",
         "--rdzv-backend=c10d",
-        "--rdzv-endpoint=nid001-hsn:29500",
+        "--rdzv-endpoint=nid001-hsn:20007",  # by the job id: 20000 + 7
         "--rdzv-id=7",
     } <= set(perlmutter)
     voyager = load_system("voyager")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,17 @@ from accelstudy.strategies import REPLICATED, STRATEGIES
 from accelstudy.systems import System
 
 log = logging.getLogger("accelstudy")
-RENDEZVOUS_PORT = 29500
+RENDEZVOUS_PORT = 29500  # torch's default, outside a scheduler's job
+
+
+def rendezvous_port(environ: Mapping[str, str] = os.environ) -> int:
+    """The c10d store's port on the first node: in a SLURM job one of 20000-29999 by its id (two
+    jobs sharing a node, two points of one study included, never both take 29500; the agents
+    of one job agree), below Linux's ephemeral ports; else torch's default."""
+    job = environ.get("SLURM_JOB_ID", "")
+    return 20000 + int(job) % 10000 if job.isdigit() else RENDEZVOUS_PORT
+
+
 ENERGY_SOURCES = "ACCELSTUDY_ENERGY_SOURCES"  # the system file's, for the ranks to require
 MPI_HOSTFILE = "/etc/mpi/hostfile"  # where a Kubeflow MPIJob's launcher finds its workers
 
@@ -76,7 +87,7 @@ def command(
     srun = ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1"]
     srun += [f"--cpus-per-task={threads}"]
     srun += [f"--gres=gpu:{per_node}"] if system.card_resource == "gpu" else []
-    endpoint = f"--rdzv-endpoint={first_node_address()}:{RENDEZVOUS_PORT}"
+    endpoint = f"--rdzv-endpoint={first_node_address()}:{rendezvous_port()}"
     job = f"--rdzv-id={os.environ['SLURM_JOB_ID']}"
     return [*srun, *torchrun, f"--nnodes={nodes}", "--rdzv-backend=c10d", endpoint, job, *worker]
 

@@ -17,7 +17,7 @@ from accelstudy import timeline
 from accelstudy.device import Device, resolve
 from accelstudy.energy import EnergyMeter, EnergySourceError, combine
 from accelstudy.files import write_json
-from accelstudy.launch import ENERGY_SOURCES, RENDEZVOUS_PORT
+from accelstudy.launch import ENERGY_SOURCES, rendezvous_port
 from accelstudy.points import Point
 from accelstudy.records import package_versions, read_record
 
@@ -42,7 +42,7 @@ def rank_environment(environ: MutableMapping[str, str] | None = None) -> None:
         for ours, mpi in (("RANK", "RANK"), ("WORLD_SIZE", "SIZE"), ("LOCAL_RANK", "LOCAL_RANK")):
             environ[ours] = environ[f"OMPI_COMM_WORLD_{mpi}"]
         environ.setdefault("MASTER_ADDR", "localhost")
-        environ.setdefault("MASTER_PORT", str(RENDEZVOUS_PORT))
+        environ.setdefault("MASTER_PORT", str(rendezvous_port(environ)))
     if "LOCAL_RANK" in environ:
         return
     # port 0: the group's store binds a free port itself, so no other process can take the
