@@ -113,7 +113,9 @@ def smollm2_shaped(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("strategy", "processes"), [("ddp", 1), ("zero3", 2), ("fsdp", 2)])
-def test_measured_cpu_peak_within_the_planner_bench_bounds(strategy, processes, smollm2_shaped, tmp_path):
+def test_measured_cpu_peak_within_the_planner_bench_bounds(
+    strategy, processes, smollm2_shaped, tmp_path
+):
     """The CPU peak is each rank's RSS growth from just before the model loads to its
     maximum (getrusage), against the planner's total for a cpu device. Two optimizer steps of
     one micro-batch each: the second's activations meet the optimizer states the first made,

@@ -127,9 +127,6 @@ def test_a_recipe_registered_alone_reaches_the_schema_the_rules_and_table_1(monk
 
     sim = recipes.Recipe("int8-sim", None, "INT8 sim", "m:f", simulated=True, options=("bits",))
     monkeypatch.setitem(recipes.RECIPES, "int8-sim", sim)
-    monkeypatch.setattr(quantization, "RECIPE_LABELS", {**quantization.RECIPE_LABELS,
-                                                        "int8-sim": "INT8 sim"})  # fmt: skip
-    monkeypatch.setattr(quantization, "SIMULATED", [*quantization.SIMULATED, "INT8 sim"])
     options._schema.cache_clear()
     try:
         assert options.node("ptq.recipes")["items"]["enum"][-1] == "int8-sim"

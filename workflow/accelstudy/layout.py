@@ -143,25 +143,28 @@ class StudyLayout:
     def benchmark(self, rule: str) -> str:
         return self.log(rule, "benchmarks", ".tsv")
 
+    def covered_values(self, rule: str) -> list[dict[str, str]]:
+        """Each record's values of the wildcards one job of the rule covers, in config order."""
+        if rule == "quantize":
+            return [{"recipe": recipe} for recipe in self.config["ptq"]["recipes"]]
+        tasks = self.config["tasks"]
+        return [{"task": t, "protocol": p} for t in sorted(tasks) for p in tasks[t]["protocols"]]
+
     def covered(self, rule: str, what: str | None = None) -> list[str]:
         """The outputs (or the files beside them) of one job of the rule: its template with
         every value of the wildcards the job covers filled in, the others left as {name}."""
-        tasks = self.config["tasks"]
-        runs = {"quantize": [{"recipe": r} for r in self.config["ptq"]["recipes"]]}
-        runs["baseline"] = [{"task": t, "protocol": p} for t in sorted(tasks)
-                            for p in tasks[t]["protocols"]]  # fmt: skip
         filled = []
-        for each in runs[rule]:
+        for each in self.covered_values(rule):
             path = self.output(rule)
             for key, value in each.items():
-                path = path.replace(f"{{{key}}}", str(value))
+                path = path.replace(f"{{{key}}}", value)
             filled.append(beside(path, what) if what else path)
         return filled
 
     def members(self, rule: str, w: Any) -> list[dict[str, str]]:
         """The wildcards of each record one job of the rule writes (w: the job's wildcards)."""
         given = dict(w.items()) if hasattr(w, "items") else dict(vars(w))
-        return [wildcards_of(rule, path.format(**given)) for path in self.covered(rule)]
+        return [given | each for each in self.covered_values(rule)]
 
     def jobs(self) -> Iterator[PlannedJob]:
         """Every record of the study and every job that feeds the report, in config order (a
@@ -169,9 +172,8 @@ class StudyLayout:
         config, ptq = self.config, self.config["ptq"]
         evaluated = [m for m in sorted(config["models"]) if config["models"][m]["evaluate"]]
         for model in evaluated:
-            for task in sorted(config["tasks"]):
-                for protocol in config["tasks"][task]["protocols"]:
-                    yield self._job("baseline", model=model, task=task, protocol=protocol)
+            for each in self.covered_values("baseline"):
+                yield self._job("baseline", model=model, **each)
         for model in evaluated if ptq["enabled"] else []:
             for task in ptq.get("tasks", []):
                 run = {"model": model, "task": task, "granularity": ptq["granularity"]}
@@ -180,8 +182,8 @@ class StudyLayout:
                 yield self._job("gather_sensitivity", **run)
                 for bits in map(points.bits_path, ptq["bit_lists"]):
                     yield self._job("cluster", **run, bits=bits)
-                    for recipe in ptq["recipes"]:
-                        yield self._job("quantize", **run, bits=bits, recipe=recipe)
+                    for each in self.covered_values("quantize"):
+                        yield self._job("quantize", **run, bits=bits, **each)
         for cell in points.finetune_cells(config):
             yield self._job("finetune", **cell._asdict())
         for devices, repeat in points.diffusion_cells(config):

@@ -23,9 +23,6 @@ from accelstudy.uncertainty import ALPHA, detectable, fewest, holm, paired_diffe
 
 PERCENT_METRICS = {"accuracy"}
 PAPER_BITS = ["[16,8,4]", "[8,8,4]", "[8,4,4]"]
-# the recipes (ours by name, the published by method key) as the paper labels them
-RECIPE_LABELS = {name: recipe.label for name, recipe in RECIPES.items()}
-SIMULATED = [recipe.label for recipe in RECIPES.values() if recipe.simulated]
 # a baseline by the dtype it ran in (evaluation.dtype): never "FP32" for a BF16 one
 BASELINE_LABELS = {"fp32": "FP32", "bfloat16": "BF16 baseline", "float16": "FP16 baseline"}
 BASELINES = list(BASELINE_LABELS.values())
@@ -168,8 +165,9 @@ def _quantized(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     fp32 = fp32.assign(column=label, bits=label, recipe=label, metric_compression_ratio=1.0)
     quantized = records[records["stage"] == "quantized"]
     method = quantized["method"].str.split(" ")
-    recipe, bits = method.str[0].map(lambda r: RECIPE_LABELS.get(r, r)), method.str[1]
-    column = bits.where(recipe.isin(SIMULATED), recipe + " " + bits)
+    named, bits = method.str[0].map(RECIPES.get), method.str[1]  # None: a recipe not ours
+    recipe = named.map(lambda r: r and r.label).fillna(method.str[0])  # as the paper labels it
+    column = bits.where(named.map(lambda r: bool(r and r.simulated)), recipe + " " + bits)
     return fp32, quantized.assign(recipe=recipe, bits=bits, column=column)
 
 
@@ -220,7 +218,7 @@ def table1(
     versus = versus_baseline(records) if versus is None else versus
     held_p = versus.reindex(columns=["record", "key", "p (Holm)"])
     order = bit_order([*bit_lists, *quantized["bits"]])
-    real = [label for label in RECIPE_LABELS.values() if label not in SIMULATED]
+    real = [recipe.label for recipe in RECIPES.values() if not recipe.simulated]
     bases = [label for label in BASELINES if label in set(fp32["column"])]
     columns = [*bases, *order, *(f"{label} {b}" for label in real for b in order)]
     tidy_rows = []
