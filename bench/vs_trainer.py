@@ -32,7 +32,7 @@ step of every run within 1e-6 of ours' first: the same computation) and ours / T
 0.95 in steady-state tokens/s (the same steps: our callbacks may cost little). --tiny (one run
 of a tiny model's few millisecond steps on a busy machine): the speed only above 0.
 
-FSDP is not compared. The project runs FSDP2 (`fully_shard`, engines.FSDP2) while the authors'
+FSDP is not compared. The project runs FSDP2 (`fully_shard`, strategies.FSDP2) while the authors'
 stack (optimum-habana on accelerate) wrapped with FSDP1; a Trainer FSDP1 reference on a CPU
 would need our own StrategyTrainer (accelerate enables FSDP on accelerators only) and FSDP1
 falls back to NO_SHARD on tied embeddings (SmolLM2), so it would measure neither the authors'

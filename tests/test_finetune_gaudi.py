@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import pytest
 import yaml
+from accelstudy import strategies
 from accelstudy.cli import build_parser
 from accelstudy.finetune import engines, train
 from accelstudy.points import FinetunePoint, Lora
@@ -121,7 +122,7 @@ def test_gaudi_training_arguments(habana, strategy, asked, mode, tmp_path):
     }
     assert {k: args[k] for k in compile_args if k in args} == (compile_args if compiled else {})
     assert args.get("deepspeed") == (
-        engines.deepspeed_config(point) if strategy == "zero3" else None
+        strategies.deepspeed_config(point) if strategy == "zero3" else None
     )
     if strategy == "fsdp":
         assert args["fsdp"] == "full_shard auto_wrap"

@@ -244,7 +244,7 @@ def test_zero3_without_deepspeed(monkeypatch):
         "find_spec",
         lambda name, *a: None if name == "deepspeed" else real(name, *a),
     )
-    with pytest.raises(ConfigError, match="zero3 needs DeepSpeed"):
+    with pytest.raises(ConfigError, match="zero3 needs deepspeed"):
         validate_study(study())
     validate_study(study(on_unsupported="record"))  # recorded as unsupported instead
 

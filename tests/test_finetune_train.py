@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -22,6 +23,12 @@ from accelstudy.data.instructions import (
 from accelstudy.data.sources import DataSourceError
 from accelstudy.points import FinetunePoint, Lora
 from accelstudy.ranks import KILL_HOOK
+from accelstudy.strategies import DEEPSPEED, Strategy
+
+# ZeRO-2, registered here alone (its ranks by register_and_train): the parameters stay whole;
+# its step holds the gradient partition in FP32 beside the master's
+ZERO2 = Strategy("zero2", "ZeRO-2", DEEPSPEED, shards=frozenset({"gradients", "optimizer"}),
+                 gradient_bytes=4, optimizer_bytes=12, flat_optimizer=True)  # fmt: skip
 
 WORKER = ["-m", "accelstudy.finetune.train"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
@@ -39,12 +46,28 @@ def make_point(strategy: str, **overrides) -> FinetunePoint:
 
 
 def run_worker(point: FinetunePoint, model_dir, out, processes=2, env=None):
+    """The rank's program under torchrun (processes=0: one process without it); a strategy of
+    this module's (ZERO2) is registered in each rank first."""
     launcher = [*TORCHRUN, str(processes)] if processes else [sys.executable]
-    command = [*launcher, *WORKER, "--point", point.to_json()]
+    worker = WORKER
+    if point.strategy == ZERO2.name:
+        code = "import tests.test_finetune_train as t; t.register_and_train()"
+        worker = ["--no-python", sys.executable, "-c", code] if processes else ["-c", code]
+        env = {**(env or {}), "PYTHONPATH": str(Path(__file__).parents[1])}
+    command = [*launcher, *worker, "--point", point.to_json()]
     command += ["--model-dir", str(model_dir), "--out", str(out)]
     return subprocess.run(
         command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=600
     )
+
+
+def register_and_train() -> None:
+    """A rank's program with ZERO2 in the registry (run_worker)."""
+    from accelstudy import ranks, strategies
+    from accelstudy.finetune import train
+
+    strategies.STRATEGIES[ZERO2.name] = ZERO2
+    ranks.exit_now(train.main())
 
 
 @pytest.fixture(scope="module")
@@ -254,3 +277,44 @@ def test_without_checkpoint_steps_a_rerun_starts_afresh(model_dir, tmp_path):
     assert metrics["steps"] == 4 and metrics["clean_measurement"] is True
     assert "resumed_from_step" not in metrics
     assert list(tmp_path.iterdir()) == [out]  # nothing left behind
+
+
+def test_a_strategy_registered_alone_trains_as_it_says(
+    model_dir, full_numel, tmp_path, monkeypatch
+):
+    """ZeRO-2 in the registry and nowhere else: a config and CLI choice and a report label, and
+    trained on 2 ranks, DeepSpeed at stage 2: each rank holds the parameters whole, half the
+    gradients (FP32 at the step) and half the FP32 master and Adam's states, as planned."""
+    from accelstudy import options, strategies
+    from accelstudy.cli import build_parser
+    from accelstudy.config import validate_config
+    from accelstudy.report.finetuning import finetune_runs
+
+    from tests.conftest import TINY_CONFIG
+    from tests.test_finetune_plan import assert_states_as_planned
+
+    monkeypatch.setitem(strategies.STRATEGIES, ZERO2.name, ZERO2)
+    options._schema.cache_clear()
+    monkeypatch.setattr(options, "_schema", options._schema.__wrapped__)  # unregistered after
+    config = json.loads(json.dumps(TINY_CONFIG))
+    config["finetune"]["strategies"] = ["ddp", "zero2"]
+    assert validate_config(config)["finetune"]["strategies"] == ["ddp", "zero2"]
+    argv = ["plan-memory", "--model", "m", "--strategy", "zero2"]
+    assert build_parser().parse_args(argv).strategy == "zero2"
+    records = pd.DataFrame(
+        {"stage": "finetune", "strategy": ["zero2", "ddp"], "cards": 1, "status": "ok",
+         "system": "cpu", "model": "m", "attention": "fused", "metric_samples_per_s": 1.0}
+    )  # fmt: skip
+    assert list(finetune_runs(records)["strategy"]) == ["DDP", "ZeRO-2"]  # label, in order
+
+    point, out = make_point("zero2"), tmp_path / "result.json"
+    finished = run_worker(point, model_dir, out)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    metrics = json.loads(out.read_text())["metrics"]
+    trainable, frozen = full_numel
+    for held in metrics["model_state_bytes"]:
+        assert (held["params_trainable"], held["params_frozen"]) == (2 * trainable, 2 * frozen)
+        assert held["grads"] == pytest.approx(2 * trainable, rel=0.02)  # FP32, half of them
+        assert held["master_fp32"] == pytest.approx(2 * trainable, rel=0.02)
+        assert held["optimizer_states"] == pytest.approx(4 * trainable, rel=0.02)
+    assert_states_as_planned(model_dir, point, metrics)

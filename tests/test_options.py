@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,49 +57,6 @@ def test_changing_a_default_is_one_line_of_the_schema(tmp_path):
     finetune = [line for line in plan.stdout.splitlines() if "accelstudy finetune" in line]
     assert quantize and all("--group-size 64 " in line for line in quantize)
     assert finetune and all('"max_steps": 7' in line for line in finetune)
-
-
-def test_a_strategy_registered_alone_reaches_the_schema_the_cli_and_the_report(monkeypatch):
-    """The strategy registry (accelstudy.strategies) is the one list: a strategy added there and
-    nowhere else is a config choice, a CLI choice, a wildcard value and a label in the report."""
-    import pandas as pd
-    from accelstudy import options, strategies
-    from accelstudy.cli import build_parser
-    from accelstudy.config import validate_config
-    from accelstudy.report.finetuning import finetune_runs
-
-    split = frozenset({"gradients", "optimizer"})  # ZeRO-2: the parameters stay whole
-    zero2 = strategies.Strategy("zero2", "ZeRO-2", "deepspeed", shards=split, optimizer_bytes=12)
-    monkeypatch.setitem(strategies.STRATEGIES, "zero2", zero2)
-    options._schema.cache_clear()
-    try:
-        assert options.node("finetune.strategies")["items"]["enum"][-1] == "zero2"
-        config = json.loads(json.dumps(TINY_CONFIG))
-        config["finetune"]["strategies"] = ["ddp", "zero2"]
-        assert validate_config(config)["finetune"]["strategies"] == ["ddp", "zero2"]
-        argv = ["plan-memory", "--model", "m", "--strategy", "zero2"]
-        assert build_parser().parse_args(argv).strategy == "zero2"
-        records = pd.DataFrame(
-            {"stage": "finetune", "strategy": ["zero2", "ddp"], "cards": 1, "status": "ok",
-             "system": "cpu", "model": "m", "attention": "fused", "metric_samples_per_s": 1.0}
-        )  # fmt: skip
-        assert list(finetune_runs(records)["strategy"]) == ["DDP", "ZeRO-2"]  # label, in order
-        # and its behaviour, from the registry alone: DeepSpeed at stage 2, planned as stage 2
-        from accelstudy.finetune.engines import deepspeed_config
-        from accelstudy.finetune.planner import meta_model, model_state_bytes
-        from accelstudy.models import load_model_config
-        from accelstudy.points import FinetunePoint
-
-        point = FinetunePoint(strategy="zero2", attention="fused", cards=2, method="full")
-        zero = deepspeed_config(point)["zero_optimization"]
-        assert zero["stage"] == 2 and not any(key.startswith("stage3") for key in zero)
-        model = meta_model(load_model_config("smollm2-135m"))
-        held = model_state_bytes(model, point)
-        whole = model_state_bytes(model, replace(point, strategy="ddp", cards=1))
-        assert held["parameters"] == whole["parameters"]  # not split
-        assert held["gradients"] == whole["gradients"] // 2  # split over the 2 cards
-    finally:
-        options._schema.cache_clear()
 
 
 def test_who_loads_the_weights_is_one_of_three():

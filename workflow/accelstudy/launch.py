@@ -66,9 +66,8 @@ def command(
     nodes, per_node = system.layout(cards)
     worker = ["-m", module, *args]
     if system.launcher == "mpirun":
-        if STRATEGIES[strategy].engine == "deepspeed" and nodes == 1:
-            deepspeed = ["deepspeed", f"--num_gpus={per_node}", "--no_local_rank", "--module"]
-            return [*deepspeed, module, *args]
+        if (own := STRATEGIES[strategy].engine.launcher) and nodes == 1:
+            return [*(arg.format(per_node=per_node) for arg in own), module, *args]
         if nodes > 1:
             placement = ["--hostfile", MPI_HOSTFILE, "--npernode", str(per_node)]
         else:

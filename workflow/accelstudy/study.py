@@ -1,7 +1,6 @@
 """A whole study checked before any job runs (by common.smk and the CLI): the config schema,
 then each part's sweep against its system; every failure is one line naming key and fix."""
 
-import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -76,12 +75,13 @@ def check_finetune(config: Mapping[str, Any], system: System) -> None:
     system.check_dtype("finetune.dtype", sweep["dtype"])
     untimed = FinetunePoint.from_dict({key: sweep[key] for key in FINETUNE_KEYS}).untimed()
     require(untimed is None, "finetune.max_steps", str(untimed))
-    needs = [s for s in sweep["strategies"] if STRATEGIES[s].engine == "deepspeed"]
-    needs = needs if sweep["on_unsupported"] == "error" else []
-    missing = needs and importlib.util.find_spec("deepspeed") is None
-    problem = f"{needs[0] if needs else ''} needs DeepSpeed, which is not installed here; pip "
-    problem += "install the pinned deepspeed, drop it, or set finetune.on_unsupported: record"
-    require(not missing, "finetune.strategies", problem)
+    missing = [
+        (s, package) for s in sweep["strategies"] if (package := STRATEGIES[s].engine.missing())
+    ]
+    strategy, package = missing[0] if missing else ("", "")
+    problem = f"{strategy} needs {package}, which is not installed here; pip install the pinned "
+    problem += f"{package}, drop it, or set finetune.on_unsupported: record"
+    require(not missing or sweep["on_unsupported"] != "error", "finetune.strategies", problem)
     file = str(sweep["data"].get("file", ""))
     missing = sweep["data"].get("source") == "local" and not Path(file).is_file()
     problem = f"'{file}' is no file here; put the instruction data there or give another source"

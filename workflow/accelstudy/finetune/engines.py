@@ -1,4 +1,5 @@
-"""DDP, ZeRO-3 and FSDP as the authors configured them, on CPU (gloo) too; on Gaudi, theirs."""
+"""The Trainer for a point: its engine's settings (accelstudy.strategies) on CPU (gloo) too, on
+Gaudi optimum-habana's; and the model-state bytes a rank holds."""
 
 import hashlib
 import os
@@ -13,21 +14,10 @@ from transformers import Trainer, TrainingArguments
 
 from accelstudy.paths import PROJECT_ROOT
 from accelstudy.points import FinetunePoint
-from accelstudy.strategies import STATE_KEYS, STRATEGIES, WHOLE_COPIES
+from accelstudy.strategies import STATE_KEYS, STRATEGIES, WHOLE_COPIES, use_own_ninja
 
 ATTENTION = {"fused": "sdpa", "eager": "eager"}
-BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 QUIET = dict(save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True)
-# The authors' FSDP in FSDP2 terms (FSDP2 always has their use_orig_params and BACKWARD_PRE);
-# FSDP1 fails on one process with tied embeddings (SmolLM2), falling back to NO_SHARD. Rank 0
-# alone loads the weights (RAM-efficient loading) and accelerate broadcasts them.
-FSDP2 = dict(version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", reshard_after_forward=True)
-FSDP2 |= dict(cpu_offload=False, cpu_ram_efficient_loading=True)
-# The authors' FSDP settings (optimum-habana's language-modeling example) without their keys'
-# `fsdp_` prefix (FULL_SHARD, auto wrap and no offload come from `fsdp` itself)
-GAUDI_FSDP = dict(state_dict_type="FULL_STATE_DICT", use_orig_params=True, sync_module_states=True)
-GAUDI_FSDP |= dict(activation_checkpointing=False, backward_prefetch="BACKWARD_PRE")
-GAUDI_FSDP["forward_prefetch"] = False
 # Habana/llama's gaudi_config.json, shipped so that no run looks it up on the Hub
 GAUDI_CONFIG = PROJECT_ROOT / "envs" / "gaudi" / "gaudi_config.json"
 
@@ -46,12 +36,6 @@ def process_env() -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "TORCH_EXTENSIONS_DIR": str(extensions)}
 
 
-def use_own_ninja() -> None:
-    """This environment's ninja first on PATH: another ninja (the system's) rebuilds the op that
-    this one built (~40 s), and without the environment on PATH torch finds none."""
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-
-
 def build_cpu_ops() -> None:
     """DeepSpeed's CPU shared-memory op, built with the environment: no ZeRO-3 job builds it."""
     os.environ["TORCH_EXTENSIONS_DIR"] = process_env()["TORCH_EXTENSIONS_DIR"]
@@ -61,31 +45,14 @@ def build_cpu_ops() -> None:
     ShareMemCommBuilder().load()
 
 
-def deepspeed_config(point: FinetunePoint) -> dict[str, Any]:
-    """The authors' ZeRO-3 settings, at the stage of what the strategy splits (a registered
-    ZeRO-2 trains as ZeRO-2); the Trainer fills in the batch sizes."""
-    stage = STRATEGIES[point.strategy].zero_stage
-    zero: dict[str, Any] = dict(stage=stage, overlap_comm=False, contiguous_gradients=False)
-    if stage == 3:
-        zero["stage3_gather_16bit_weights_on_model_save"] = True
-    if stage == 3 and point.zero3_persistence_threshold is not None:
-        zero["stage3_param_persistence_threshold"] = point.zero3_persistence_threshold
-    batches = dict.fromkeys(BATCH_KEYS, "auto")
-    bf16 = {"enabled": point.dtype == "bfloat16"}
-    return dict(zero_optimization=zero, bf16=bf16, gradient_clipping=point.max_grad_norm, **batches)
-
-
 def prepare_state(strategy: str, device_kind: str) -> None:
-    """Before any training argument (whose `use_cpu` drops DeepSpeed): ZeRO-3 on CPU, DeepSpeed's
-    state on gloo; on Gaudi, optimum-habana's model classes, before FSDP's are named."""
+    """Before any training argument (whose `use_cpu` decides the state): the engine's own; on
+    Gaudi, optimum-habana's model classes, before FSDP's are named."""
     if device_kind == "hpu":
         from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
 
         adapt_transformers_to_gaudi()
-    if STRATEGIES[strategy].engine == "deepspeed" and device_kind == "cpu":
-        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-        use_own_ninja()
-        PartialState(backend="gloo")
+    STRATEGIES[strategy].engine.prepare(device_kind)
 
 
 def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers: list[str]) -> Any:
@@ -99,10 +66,7 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
     kwargs.update(lr_scheduler_type="constant", optim="adamw_torch")
     if point.checkpoint_steps:
         kwargs.update(save_strategy="steps", save_steps=point.checkpoint_steps, save_total_limit=1)
-    engine, on_cpu = STRATEGIES[point.strategy].engine, device_kind == "cpu"
-    deepspeed, fsdp = engine == "deepspeed", engine == "fsdp"
-    if deepspeed:
-        kwargs["deepspeed"] = deepspeed_config(point)
+    kwargs |= STRATEGIES[point.strategy].engine.training_kwargs(point, device_kind, layers)
     if device_kind == "hpu":
         from optimum.habana import GaudiTrainingArguments
 
@@ -112,18 +76,8 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
         if not lazy:
             kwargs.update(torch_compile=True, torch_compile_backend="hpu_backend")
             kwargs["pipelining_fwd_bwd"] = False
-        if fsdp:
-            gaudi_fsdp = {**GAUDI_FSDP, "transformer_layer_cls_to_wrap": layers}
-            kwargs.update(fsdp="full_shard auto_wrap", fsdp_config=gaudi_fsdp)
         return GaudiTrainingArguments(**kwargs)
-    kwargs["use_cpu"] = on_cpu
-    if deepspeed and on_cpu:  # reuse prepare_state's DeepSpeed-on-gloo state
-        kwargs["accelerator_config"] = {"use_configured_state": True}
-    if not deepspeed:
-        kwargs.update(ddp_backend="gloo" if on_cpu else None, ddp_find_unused_parameters=False)
-    if fsdp:
-        kwargs.update(fsdp=True, fsdp_config={**FSDP2, "transformer_layer_cls_to_wrap": layers})
-    return TrainingArguments(**kwargs)
+    return TrainingArguments(**kwargs, use_cpu=device_kind == "cpu")
 
 
 def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwargs: Any) -> Any:
@@ -139,10 +93,7 @@ def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwa
         flags.use_fused_rope = False
     gaudi_config = GaudiConfig.from_pretrained(str(GAUDI_CONFIG))
     gaudi = GaudiTrainer(model=model, gaudi_config=gaudi_config, args=args, **kwargs)
-    if STRATEGIES[point.strategy].engine == "fsdp" and point.method == "lora":
-        from peft.utils.other import fsdp_auto_wrap_policy
-
-        gaudi.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
+    STRATEGIES[point.strategy].engine.adapt_gaudi_trainer(gaudi, model, point)
     return gaudi
 
 
@@ -189,6 +140,12 @@ def held_bytes(model: torch.nn.Module, optimizer: Any) -> dict[str, int]:
         pairs = zip(optimizer.fp32_partitioned_groups_flat, lows, strict=True)
         counts["master_fp32"] = sum(_bytes(master) for master, low in pairs if master is not low)
         counts["grads"] = _bytes(optimizer.grad_partitions_flat_buffer)
+        optimizer = optimizer.optimizer
+    elif hasattr(optimizer, "single_partition_of_fp32_groups"):  # its ZeRO-1/2 optimizer: its
+        # step holds this rank's gradients in FP32 on the master partition (the Meter looks then)
+        masters = optimizer.single_partition_of_fp32_groups
+        counts["master_fp32"] = sum(map(_bytes, masters))
+        counts["grads"] = sum(_bytes(master.grad) for master in masters)
         optimizer = optimizer.optimizer
     states = [value for state in optimizer.state.values() for value in state.values()]
     counts["optimizer_states"] = sum(_bytes(v) for v in states if isinstance(v, torch.Tensor))

@@ -1,7 +1,6 @@
 """One fine-tuning point as one job: plan, launch, record (also where it does not fit)."""
 
 import contextlib
-import importlib.util
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -27,9 +26,8 @@ WORKER = "accelstudy.finetune.train"
 
 def unsupported(point: FinetunePoint, config: PretrainedConfig, device_kind: str) -> str | None:
     """Why this machine cannot run the point as asked, or None."""
-    engine = STRATEGIES[point.strategy].engine
-    if engine == "deepspeed" and importlib.util.find_spec(engine) is None:
-        return f"{point.strategy} needs DeepSpeed, which is not installed"
+    if package := STRATEGIES[point.strategy].engine.missing():
+        return f"{point.strategy} needs {package}, which is not installed"
     model_class = type(meta_model(config))  # the plan's, already built
     if point.attention == "fused" and device_kind != "hpu" and not model_class._supports_sdpa:
         return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"

@@ -47,7 +47,6 @@ PROCESS_GROUP, EAGER_SCORES = CONSTANTS["process_group"], CONSTANTS["eager_score
 # take the node's other jobs with it (docs/parts.md, config/README.md)
 HOST_REFUSED_PAST = 1.5
 ZERO3_PERSISTENCE = 100_000  # DeepSpeed's default stage3_param_persistence_threshold
-ZERO3_REUSE = 1_000_000_000  # DeepSpeed's default stage3_max_reuse_distance, in elements
 CHECKPOINT_SHARD = 5e9  # what a zero.Init rank reads at once: save_pretrained's default shard
 TOKEN_COLUMNS = 3  # a training block: input_ids, labels, attention_mask (int64 each)
 _META_MODELS: dict[str, PreTrainedModel] = {}  # meta_model's, by config
@@ -135,7 +134,9 @@ def model_state_bytes(model: torch.nn.Module, point: FinetunePoint) -> dict[str,
         held = share("parameters", elements) + (elements if whole else 0)
         totals["parameters"] += held * (trained if trainable else width)
         if trainable:
-            totals["gradients"] += share("gradients", elements) * trained
+            totals["gradients"] += share("gradients", elements) * (
+                strategy.gradient_bytes or trained
+            )
             optimizer = strategy.optimizer_bytes or 2 * trained
             totals["optimizer"] += share("optimizer", elements) * optimizer
     # AdamW's step: one per trainable tensor, or one flat group (DeepSpeed's)
@@ -197,8 +198,7 @@ def plan_tensors(config: PretrainedConfig, point: FinetunePoint, device: str) ->
     layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
     sharded = "parameters" in strategy.shards and point.cards > 1
     gathered = total - len(layers) * layer + 2 * layer
-    if strategy.engine == "deepspeed":
-        gathered = max(gathered, min(total, ZERO3_REUSE // 2))
+    gathered = max(gathered, min(total, strategy.engine.reuse_elements // 2))
     gathered += min(gathered, strategy.gather_bucket_elements)
     width, load = DTYPE_BYTES[point.dtype], load_bytes(model, point, states["parameters"], device)
     return MemoryPlan(**states, gathered=gathered * width if sharded else 0, overhead=0, load=load)
@@ -231,22 +231,17 @@ def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> Me
     layers = model.get_decoder().layers
     layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
     engine, width = STRATEGIES[point.strategy].engine, DTYPE_BYTES[point.dtype]
-    overhead = FRAMEWORK_OVERHEAD[device] + (CPU_ENGINE.get(engine, 0) if device == "cpu" else 0)
+    overhead = FRAMEWORK_OVERHEAD[device] + (
+        CPU_ENGINE.get(engine.name, 0) if device == "cpu" else 0
+    )
     overhead += PROCESS_GROUP.get(device, 0) if point.cards > 1 else 0
     if device != "cpu":
         return replace(tensors, overhead=int(overhead))
-    if engine not in CPU_HEAP_KEPT:  # an engine registered without its measured row
-        row = f"engine '{engine}' has no cpu_heap_kept row in resources/planner_constants.csv"
+    if engine.name not in CPU_HEAP_KEPT:  # an engine registered without its measured row
+        row = f"engine '{engine.name}' has no cpu_heap_kept row in resources/planner_constants.csv"
         raise ConfigError(f"{row}: measure one (bench/planner.py) and add it")
-    kept, each = CPU_HEAP_KEPT[engine], layer * width
-    if engine == "ddp":
-        heap = kept * total * width
-    elif engine == "deepspeed":
-        heap = kept * len(layers) * each
-    else:  # forward and backward, at least the layer's gathered buffer; on one rank, where
-        # nothing is gathered, the one layer at work's (bench/planner.py, #46)
-        reused = layer_activation_bytes(config, point)
-        heap = 2 * (len(layers) if point.cards > 1 else 1) * max(kept * each - reused, each)
+    shape = total * width, len(layers), layer * width, layer_activation_bytes(config, point)
+    heap = engine.cpu_heap(CPU_HEAP_KEPT[engine.name], *shape, point.cards)
     activations = tensors.activations + cpu_eager_bytes(config, point)
     steps = replace(tensors, activations=activations).steps
     overhead += max(0, heap - max(0, tensors.load - steps))  # the heap's high water: either peak

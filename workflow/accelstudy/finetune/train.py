@@ -62,7 +62,16 @@ class Meter(TrainerCallback):
             raise torch.OutOfMemoryError(f"out of memory (test hook {OOM_HOOK})")
 
     def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
-        counts = engines.held_bytes(model, getattr(optimizer, "optimizer", optimizer))
+        """After each step and, from the second on, just before it, where an engine's reduced
+        gradients live until its step (ZeRO-1/2): the most of each kind."""
+        engine = getattr(optimizer, "optimizer", optimizer)
+        if not self.held:
+            torch_optimizer = getattr(engine, "optimizer", engine)
+            torch_optimizer.register_step_pre_hook(lambda *_: self.hold(model, engine))
+        self.hold(model, engine)
+
+    def hold(self, model: torch.nn.Module, optimizer: Any) -> None:
+        counts = engines.held_bytes(model, optimizer)
         self.held = {key: max(value, self.held.get(key, 0)) for key, value in counts.items()}
 
     def on_step_end(self, args, state, control, **kwargs):
