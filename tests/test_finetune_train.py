@@ -21,6 +21,7 @@ from accelstudy.data.instructions import (
     prompt_text,
 )
 from accelstudy.data.sources import DataSourceError
+from accelstudy.kinds import DeviceKind
 from accelstudy.points import FinetunePoint, Lora
 from accelstudy.ranks import KILL_HOOK
 from accelstudy.strategies import DEEPSPEED, Strategy
@@ -29,6 +30,8 @@ from accelstudy.strategies import DEEPSPEED, Strategy
 # its step holds the gradient partition in FP32 beside the master's
 ZERO2 = Strategy("zero2", "ZeRO-2", DEEPSPEED, shards=frozenset({"gradients", "optimizer"}),
                  gradient_bytes=4, optimizer_bytes=12, flat_optimizer=True)  # fmt: skip
+# a device kind registered here alone: the CPU under another name
+CPU2 = DeviceKind("cpu2", "cpu", "gloo", host=True)
 
 WORKER = ["-m", "accelstudy.finetune.train"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
@@ -47,10 +50,10 @@ def make_point(strategy: str, **overrides) -> FinetunePoint:
 
 def run_worker(point: FinetunePoint, model_dir, out, processes=2, env=None):
     """The rank's program under torchrun (processes=0: one process without it); a strategy of
-    this module's (ZERO2) is registered in each rank first."""
+    this module's (ZERO2) or a device kind (CPU2) is registered in each rank first."""
     launcher = [*TORCHRUN, str(processes)] if processes else [sys.executable]
     worker = WORKER
-    if point.strategy == ZERO2.name:
+    if point.strategy == ZERO2.name or point.device == CPU2.name:
         code = "import tests.test_finetune_train as t; t.register_and_train()"
         worker = ["--no-python", sys.executable, "-c", code] if processes else ["-c", code]
         env = {**(env or {}), "PYTHONPATH": str(Path(__file__).parents[1])}
@@ -62,11 +65,12 @@ def run_worker(point: FinetunePoint, model_dir, out, processes=2, env=None):
 
 
 def register_and_train() -> None:
-    """A rank's program with ZERO2 in the registry (run_worker)."""
-    from accelstudy import ranks, strategies
+    """A rank's program with ZERO2 and CPU2 in their registries (run_worker)."""
+    from accelstudy import kinds, ranks, strategies
     from accelstudy.finetune import train
 
     strategies.STRATEGIES[ZERO2.name] = ZERO2
+    kinds.KINDS[CPU2.name] = CPU2
     ranks.exit_now(train.main())
 
 
@@ -318,3 +322,34 @@ def test_a_strategy_registered_alone_trains_as_it_says(
         assert held["master_fp32"] == pytest.approx(2 * trainable, rel=0.02)
         assert held["optimizer_states"] == pytest.approx(4 * trainable, rel=0.02)
     assert_states_as_planned(model_dir, point, metrics)
+
+
+def test_a_device_kind_registered_alone_trains_and_evaluates(model_dir, tmp_path, monkeypatch):
+    """A kind in accelstudy.kinds and nowhere else (the CPU under the name cpu2): a system may
+    name it, a point's 2 ranks train on it (gloo, their RSS as memory) and an evaluation runs on
+    it, each record naming it."""
+    from dataclasses import replace
+
+    from accelstudy import kinds
+    from accelstudy.data.sources import prepare_data
+    from accelstudy.evaluate.baseline import baseline
+    from accelstudy.systems import check_system, load_system
+
+    monkeypatch.setitem(kinds.KINDS, CPU2.name, CPU2)
+    check_system({"name": "x", "device": "cpu2", "cards_per_node": 2}, "a system file")
+    out = tmp_path / "result.json"
+    finished = run_worker(make_point("ddp", device=CPU2.name), model_dir, out)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert (result["device"], result["world_size"], result["metrics"]["steps"]) == ("cpu2", 2, 4)
+    assert result["metrics"]["peak_memory_method"].startswith("RSS growth")
+
+    data = tmp_path / "test.jsonl"
+    prepare_data("wikitext", {"source": "standin"}, "test", data)
+    system = replace(load_system("cpu"), device=CPU2.name)
+    flags = {"study": "t", "system": system, "model_name": "tiny", "model_dir": model_dir}
+    flags |= {"task": "wikitext", "data": data, "data_source": "standin", "limit": 2}
+    flags |= {"settings": {"block_size": 16, "batch_size": 1, "dtype": "float32"}}
+    record = baseline(protocol="paper", out=tmp_path / "b.json", device_kind=CPU2.name,
+                      items=tmp_path / "items.parquet", **flags)  # fmt: skip
+    assert record["device"] == "cpu2" and math.isfinite(record["metrics"]["perplexity"])

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from accelstudy import timeline
 from accelstudy.errors import StudyError, schema_error
+from accelstudy.kinds import KINDS
 from accelstudy.options import argument, filled, node
 from accelstudy.paths import PAPER
 from accelstudy.points import DiffusionPoint, FinetunePoint
@@ -133,7 +134,19 @@ def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -
     return build_report(study, records, results_dir, **tables)
 
 
-DEVICES = ["auto", "cpu", "cuda", "hpu"]
+class DeviceChoices:
+    """`auto` and the registry's kinds (accelstudy.kinds), read as an argument is checked."""
+
+    def __init__(self, auto: bool = True) -> None:
+        self.auto = auto
+
+    def __contains__(self, value: object) -> bool:
+        return (self.auto and value == "auto") or value in KINDS
+
+    def __iter__(self) -> Any:
+        return iter(["auto"] * self.auto + list(KINDS))
+
+
 # add_argument keywords of the options several subcommands share; a subcommand may amend them
 SHARED: dict[str, dict[str, Any]] = {
     **{name: {"required": True} for name in
@@ -144,7 +157,7 @@ SHARED: dict[str, dict[str, Any]] = {
     "limit": argument("tasks.*.limit"),
     "seed": argument("seed"),
     "threads": {"type": _positive(int), "default": 1, "help": "cores of this job"},
-    "device": {"default": "auto", "choices": DEVICES},
+    "device": {"default": "auto", "choices": DeviceChoices()},
     "params-digest": {"help": "its rule's params digest, written into the record (the check of "
                               "a record against its study)"},
 }  # fmt: skip
@@ -219,7 +232,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("dtype", {"default": "bfloat16", "choices": ["bfloat16", "float32"]}),
          ("batch", "finetune.per_device_batch"), ("seq-len", "finetune.max_seq_length"),
          ("attention", {"default": "fused", "choices": ["fused", "eager"]}),
-         ("device", {"default": "cuda", "choices": DEVICES[1:]}),
+         ("device", {"default": "cuda", "choices": DeviceChoices(auto=False)}),
          ("memory-per-card-gb", {"type": _positive(float), "help": "say whether it fits"})]),
     "plan-fit": ("the points each system holds out for memory", "console:print_fit",
         ["configfile", ("system", {"nargs": "*", "default": [], "required": False,

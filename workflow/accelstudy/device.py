@@ -1,4 +1,4 @@
-"""cuda | hpu | cpu: the one place that knows how accelerators differ."""
+"""A torch device of a registered kind (accelstudy.kinds): its timers, memory readers and name."""
 
 import importlib.util
 import os
@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from accelstudy.kinds import KINDS, DeviceKind, kind_of
 from accelstudy.peak import cpu_model_and_flags
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -38,17 +39,21 @@ def host_peak_rss() -> int:
 class Device:
     """A torch device plus the operations whose spelling depends on its kind."""
 
-    kind: str  # "cuda" | "hpu" | "cpu"
+    kind: str  # a name in accelstudy.kinds.KINDS
     label: str = ""  # the name recorded for ranks' cards that this host lacks (the system's)
 
     @property
+    def spec(self) -> DeviceKind:
+        return KINDS[self.kind]
+
+    @property
     def torch(self) -> torch.device:
-        return torch.device(self.kind)
+        return torch.device(self.spec.torch_type)
 
     @property
     def _backend(self) -> Any:
-        """torch.cuda or torch.hpu, which spell the same calls alike; None on the CPU."""
-        return None if self.kind == "cpu" else getattr(torch, self.kind)
+        """torch.cuda or torch.hpu, which spell the same calls alike; None on the host."""
+        return None if self.spec.host else getattr(torch, self.spec.torch_type)
 
     def synchronize(self) -> None:
         if self._backend:
@@ -59,15 +64,24 @@ class Device:
             self._backend.reset_peak_memory_stats()
 
     def peak_memory_bytes(self) -> int:
-        """Max allocated on an accelerator; the process's peak RSS on the CPU."""
+        """Max allocated on an accelerator; the process's peak RSS on the host."""
         if self._backend:
             return int(self._backend.max_memory_allocated())
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return int(peak if sys.platform == "darwin" else peak * 1024)
 
+    def init_process_group(self) -> None:
+        """Its ranks' process group: Habana's hccl registered first; elsewhere a card kind's
+        rank on its LOCAL_RANK's card (Gaudi's bridge binds its own)."""
+        if self.spec.habana:
+            import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
+        elif self._backend:
+            self._backend.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.distributed.init_process_group(self.spec.backend)
+
     def mark_step(self) -> None:
         """Flush the lazy-mode graph on Gaudi; a no-op elsewhere."""
-        if self.kind == "hpu":
+        if self.spec.habana:
             import habana_frameworks.torch.core as htcore
 
             htcore.mark_step()
@@ -78,15 +92,23 @@ class Device:
         return cpu_model_and_flags()[0] or platform.processor() or platform.machine()
 
 
+def available(spec: DeviceKind) -> bool:
+    """Whether this process sees a device of the kind (the host always)."""
+    if spec.host:
+        return True
+    if spec.habana:
+        return hpu_available()
+    module = getattr(torch, spec.torch_type, None)
+    return bool(module is not None and module.is_available())
+
+
 def resolve(kind: str = "auto") -> Device:
-    """Pick the device: an explicit kind, else $ACCELSTUDY_DEVICE, else the best present."""
+    """Pick the device: an explicit kind, else $ACCELSTUDY_DEVICE, else the first card kind
+    present (in the registry's order), else the host."""
     kind = os.environ.get("ACCELSTUDY_DEVICE", kind) if kind == "auto" else kind
     if kind == "auto":
-        kind = "cuda" if torch.cuda.is_available() else "hpu" if hpu_available() else "cpu"
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but torch sees no CUDA device")
-    if kind == "hpu" and not hpu_available():
-        raise RuntimeError("device 'hpu' requested but habana_frameworks sees no Gaudi card")
-    if kind not in {"cuda", "hpu", "cpu"}:
-        raise ValueError(f"unknown device kind '{kind}'; expected cuda, hpu, cpu or auto")
+        cards = [spec for spec in KINDS.values() if not spec.host and available(spec)]
+        kind = (cards or [spec for spec in KINDS.values() if spec.host])[0].name
+    if not available(kind_of(kind)):
+        raise RuntimeError(f"device '{kind}' requested but this process sees none")
     return Device(kind)

@@ -14,6 +14,7 @@ from typing import Any
 
 from accelstudy import timeline
 from accelstudy.errors import StudyError
+from accelstudy.kinds import KINDS
 
 RAPL = Path("/sys/class/powercap")
 SOURCES = ("nvml", "hlml", "hl-smi", "rapl")
@@ -98,16 +99,21 @@ def rapl_counters() -> list[EnergyCounter]:
     return [partial(lambda f: int(f.read_text()) / 1e6, f) for f in files if os.access(f, os.R_OK)]
 
 
-CARD_COUNTERS: dict[str, dict[str, Callable[[int], EnergyCounter]]] = {  # in order of preference
-    "cuda": {"nvml": nvml_counter},
-    "hpu": {"hlml": hlml_counter, "hl-smi": HlSmiPower},
-}
+# the cards' counters by source; a device kind names its own in order (accelstudy.kinds)
+CARD_COUNTERS: dict[str, Callable[[int], EnergyCounter]] = dict(
+    nvml=nvml_counter, hlml=hlml_counter, **{"hl-smi": HlSmiPower}
+)
+
+
+def card_sources(device_kind: str) -> dict[str, Callable[[int], EnergyCounter]]:
+    """The kind's card counters, in its order of preference."""
+    return {source: CARD_COUNTERS[source] for source in KINDS[device_kind].energy}
 
 
 def card_counter(device_kind: str, index: int) -> tuple[str, EnergyCounter] | str:
     """The first of the card's counters that reads (its source and it), or why none does."""
     failed = []
-    for source, make in CARD_COUNTERS.get(device_kind, {}).items():
+    for source, make in card_sources(device_kind).items():
         try:
             counter = make(index)
             counter()
@@ -131,7 +137,7 @@ class EnergyMeter:
         if card_index is not None:
             card = card_counter(device_kind, card_index)
             if isinstance(card, str):  # any of the card's sources the system file requires
-                why_not = dict.fromkeys(list(CARD_COUNTERS.get(device_kind, {})) or ["card"], card)
+                why_not = dict.fromkeys(list(card_sources(device_kind)) or ["card"], card)
             else:
                 self.counters[card[0]] = [card[1]]
         if package and (found := rapl_counters()):

@@ -15,6 +15,7 @@ from accelstudy import timeline
 from accelstudy.cost import Allocation, allocation
 from accelstudy.device import Device
 from accelstudy.errors import StudyError
+from accelstudy.kinds import KINDS
 from accelstudy.records import Job, Record
 from accelstudy.strategies import REPLICATED, STRATEGIES
 from accelstudy.systems import System
@@ -123,9 +124,8 @@ class PointJob(Job):
         job's process is the rank. A second process would import torch and transformers again
         (7-8 s on a 2-core CPU, half a small point's job) and torchrun's agent a third time."""
         one_node = self.system.layout(cards)[0] == 1
-        return (
-            cards == 1 and one_node and self.ranks_device != "hpu" and self.system.device != "hpu"
-        )
+        gaudi = KINDS[self.ranks_device].habana or KINDS[self.system.device].habana
+        return cards == 1 and one_node and not gaudi
 
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = REPLICATED, **hpu_env: str
@@ -134,7 +134,7 @@ class PointJob(Job):
         result, self.cards = self.out.with_name(f".{self.out.stem}.ranks.json"), cards
         argv = [*args, "--out", str(result)]
         environ = {"OMP_NUM_THREADS": str(self.rank_threads(cards))}
-        environ |= hpu_env if self.system.device == "hpu" else {}
+        environ |= hpu_env if KINDS[self.system.device].habana else {}
         environ[ENERGY_SOURCES] = ",".join(self.system.energy)
         alone = self.in_process(cards)
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from accelstudy.files import write_json
+from accelstudy.kinds import KINDS
 from accelstudy.paths import RESOURCES
 from accelstudy.systems import System
 
@@ -151,7 +152,7 @@ def peak(
     if system.peak_flops == BY_NAME:
         looked_up = by_device_name(device_name, dtype)
         stated = looked_up.pop("stated")
-    if device_kind == "cpu" and system.peak_flops in (None, "measured"):
+    if KINDS[device_kind].host and system.peak_flops in (None, "measured"):
         entry = cpu_rates(threads, probe_if_missing=probe_if_missing) or {}
         per_card = entry.get("flops_per_s", {}).get(dtype)
         source = f"measured: {threads}-thread {dtype} GEMM probe {entry.get('where', 'at set-up')}"
@@ -177,10 +178,10 @@ def resolve_dtype(asked: str, system: System, device_kind: str, threads: int) ->
     """The dtype a job computes in, and why: `auto` takes bfloat16 on a card that offers it and
     on a CPU whose probe runs bfloat16 GEMMs at least as fast as float32, else float32."""
     offered = set(system.dtypes)
-    if asked == "auto" and device_kind != "cpu":
+    if asked == "auto" and not KINDS[device_kind].host:
         chosen = "bfloat16" if "bfloat16" in offered else "float32"
         return chosen, f"auto: {system.label} offers {sorted(offered)}"
-    if asked not in ("auto", "bfloat16") or device_kind != "cpu":
+    if asked not in ("auto", "bfloat16") or not KINDS[device_kind].host:
         return asked, "asked"
     rates = (cpu_rates(threads) or {}).get("flops_per_s", {})
     bf16, fp32 = rates.get("bfloat16", 0.0), rates.get("float32", 0.0)

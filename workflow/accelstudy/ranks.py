@@ -17,6 +17,7 @@ from accelstudy import timeline
 from accelstudy.device import Device, resolve
 from accelstudy.energy import EnergyMeter, EnergySourceError, combine
 from accelstudy.files import write_json
+from accelstudy.kinds import KINDS
 from accelstudy.launch import ENERGY_SOURCES, rendezvous_port
 from accelstudy.points import Point
 from accelstudy.records import package_versions, read_record
@@ -30,7 +31,7 @@ def peak_metrics(measured: list[Measured], what_before: str) -> dict[str, Any]:
     """Rank 0's metrics with every rank's peak memory, their largest and how it was measured."""
     first, peaks = measured[0], [m["peak_memory_bytes"] for m in measured]
     on_cpu = f"RSS growth: getrusage ru_maxrss at the end minus the RSS {what_before}"
-    method = on_cpu if first["device"] == "cpu" else "max_memory_allocated"
+    method = on_cpu if KINDS[first["device"]].host else "max_memory_allocated"
     metrics = {**first["metrics"], "peak_memory_per_rank": peaks, "peak_memory_bytes": max(peaks)}
     return metrics | {"peak_memory_method": method}
 
@@ -69,7 +70,7 @@ def run(point: Point, out: Path, work: Callable[[Device], Measured], summarise: 
         out.unlink(missing_ok=True)  # never take an earlier run's result as this one's
     with timeline.phase("device"):
         device = resolve(getattr(point, "device", None) or "auto")
-    card = local_rank if device.kind in ("cuda", "hpu") else None
+    card = None if device.spec.host else local_rank
     required = tuple(filter(None, os.environ.get(ENERGY_SOURCES, "").split(",")))
     try:  # its card's counter; the first rank of a node, the node's CPU packages too
         with timeline.phase("device"):

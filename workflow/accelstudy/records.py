@@ -23,6 +23,7 @@ from accelstudy.config import config_hash
 from accelstudy.cost import Allocation, allocation, charged
 from accelstudy.energy import EnergyMeter, combine, per_unit
 from accelstudy.files import read_json, write_json
+from accelstudy.kinds import KINDS
 from accelstudy.paths import CHECKOUT, MARKER, SCHEMAS
 from accelstudy.systems import System, load_system
 from accelstudy.tasks import PROTOCOLS
@@ -124,11 +125,12 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
 
 def record_schema() -> dict[str, Any]:
     """record.schema.yaml, its stages (layout.RECORD_STAGES), start-up phases (timeline.STARTUP)
-    and protocols (tasks.PROTOCOLS) named from the one list of each."""
+    protocols (tasks.PROTOCOLS) and device kinds (kinds.KINDS) named from the one list of each."""
     from accelstudy.layout import RECORD_STAGES  # here: its sweep points cost 0.1 s to import
 
     schema = yaml.safe_load((SCHEMAS / "record.schema.yaml").read_text())
     schema["properties"]["protocol"] = {"enum": list(PROTOCOLS)}
+    schema["properties"]["device"] = {"enum": list(KINDS)}
     schema["properties"]["stage"] = {"enum": list(RECORD_STAGES)}
     phases = f"^({'|'.join(timeline.STARTUP)})_s$"
     schema["$defs"]["startup"]["patternProperties"] = {phases: {"type": "number", "minimum": 0}}
@@ -231,13 +233,13 @@ class Job:
 
     def measure_energy(self) -> None:
         """From now on, this process's card (if it drives one) and CPU packages."""
-        card, required = 0 if self.device.kind in ("cuda", "hpu") else None, self.system.energy
+        card, required = None if self.device.spec.host else 0, self.system.energy
         with timeline.phase("device"):  # the card's and packages' counters opened
             self.meter = EnergyMeter(self.device.kind, card, package=True, required=required)
 
     def allocation(self) -> Allocation:
         """What this job holds: one card where it drives one, its torch threads as cores."""
-        return allocation(int(self.device.kind != "cpu"), self.ranks_and_threads()[1])
+        return allocation(int(not self.device.spec.host), self.ranks_and_threads()[1])
 
     @cached_property
     def device(self) -> Any:

@@ -12,6 +12,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from accelstudy.kinds import KINDS
+
 STATES = frozenset({"parameters", "gradients", "optimizer"})  # what a strategy may split
 # the model-state bytes a rank records (finetune.engines.held_bytes), by kind; the whole copies
 # (ZeRO-3's gathered tensors) are a part of the parameters' bytes, not beside them
@@ -54,10 +56,8 @@ class Engine:
 
     def training_kwargs(self, point: Any, device_kind: str, layers: list[str]) -> dict[str, Any]:
         """The Trainer's arguments for this engine: torch's process group on gloo on a CPU."""
-        if device_kind == "hpu":
-            return {}
-        return dict(ddp_backend="gloo" if device_kind == "cpu" else None,
-                    ddp_find_unused_parameters=False)  # fmt: skip
+        kind, kwargs = KINDS[device_kind], dict(ddp_find_unused_parameters=False)
+        return {} if kind.habana else kwargs | {"ddp_backend": kind.backend}
 
     def adapt_gaudi_trainer(self, trainer: Any, model: Any, point: Any) -> None:
         """What GaudiTrainer needs beyond its arguments (nothing but under FSDP)."""
@@ -81,7 +81,7 @@ class DeepSpeed(Engine):
     """The authors' ZeRO settings at the strategy's stage, on gloo on a CPU."""
 
     def prepare(self, device_kind: str) -> None:
-        if device_kind == "cpu":  # ZeRO on CPU: DeepSpeed's state on gloo (use_cpu drops it)
+        if KINDS[device_kind].host:  # ZeRO on CPU: DeepSpeed's state on gloo (use_cpu drops it)
             from accelerate import PartialState
 
             os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
@@ -90,7 +90,7 @@ class DeepSpeed(Engine):
 
     def training_kwargs(self, point: Any, device_kind: str, layers: list[str]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"deepspeed": deepspeed_config(point)}
-        if device_kind == "cpu":  # reuse prepare's DeepSpeed-on-gloo state
+        if KINDS[device_kind].host:  # reuse prepare's DeepSpeed-on-gloo state
             kwargs["accelerator_config"] = {"use_configured_state": True}
         return kwargs
 
@@ -105,7 +105,7 @@ class FullySharded(Engine):
     """torch's FSDP2 through accelerate; on Gaudi the authors' FSDP (optimum-habana)."""
 
     def training_kwargs(self, point: Any, device_kind: str, layers: list[str]) -> dict[str, Any]:
-        if device_kind == "hpu":
+        if KINDS[device_kind].habana:
             gaudi = {**GAUDI_FSDP, "transformer_layer_cls_to_wrap": layers}
             return dict(fsdp="full_shard auto_wrap", fsdp_config=gaudi)
         fsdp = dict(fsdp=True, fsdp_config={**FSDP2, "transformer_layer_cls_to_wrap": layers})

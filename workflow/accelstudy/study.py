@@ -75,13 +75,11 @@ def check_finetune(config: Mapping[str, Any], system: System) -> None:
     system.check_dtype("finetune.dtype", sweep["dtype"])
     untimed = FinetunePoint.from_dict({key: sweep[key] for key in FINETUNE_KEYS}).untimed()
     require(untimed is None, "finetune.max_steps", str(untimed))
-    missing = [
-        (s, package) for s in sweep["strategies"] if (package := STRATEGIES[s].engine.missing())
-    ]
-    strategy, package = missing[0] if missing else ("", "")
+    needs = [(s, need) for s in sweep["strategies"] if (need := STRATEGIES[s].engine.missing())]
+    strategy, package = needs[0] if needs else ("", "")
     problem = f"{strategy} needs {package}, which is not installed here; pip install the pinned "
     problem += f"{package}, drop it, or set finetune.on_unsupported: record"
-    require(not missing or sweep["on_unsupported"] != "error", "finetune.strategies", problem)
+    require(not needs or sweep["on_unsupported"] != "error", "finetune.strategies", problem)
     file = str(sweep["data"].get("file", ""))
     missing = sweep["data"].get("source") == "local" and not Path(file).is_file()
     problem = f"'{file}' is no file here; put the instruction data there or give another source"

@@ -13,6 +13,7 @@ import yaml
 
 from accelstudy.errors import ConfigError, require, schema_error
 from accelstudy.files import read_yaml
+from accelstudy.kinds import KINDS
 from accelstudy.paths import SCHEMAS, SYSTEMS
 
 
@@ -107,15 +108,16 @@ def every_system() -> list[System]:
 
 
 @functools.cache
-def _validator() -> jsonschema.Draft202012Validator:
-    """system.schema.yaml, read once per process (every job and plan loads its system)."""
+def _validator(kinds: tuple[str, ...]) -> jsonschema.Draft202012Validator:
+    """system.schema.yaml with the registered device kinds, read once per process and kinds."""
     schema = yaml.safe_load((SCHEMAS / "system.schema.yaml").read_text())
+    schema["properties"]["device"]["enum"] = list(kinds)
     return jsonschema.Draft202012Validator(schema)
 
 
 def check_system(spec: Any, where: str) -> None:
     """Types, minimums (no zero cards, cores or memory to divide by), enums, no unknown key."""
-    if errors := list(_validator().iter_errors(spec)):
+    if errors := list(_validator(tuple(KINDS)).iter_errors(spec)):
         raise schema_error(errors, where)
 
 
@@ -125,7 +127,7 @@ def card_memory(system: System, device_kind: str) -> tuple[float | None, str]:
     makes no CUDA context in the job's process), else torch.cuda.mem_get_info; else unknown."""
     if system.memory_per_card_gb is not None:
         return float(system.memory_per_card_gb), f"config/systems/{system.name}.yaml"
-    if device_kind != "cuda":
+    if not KINDS[device_kind].memory_probe:
         return None, "unknown"
     try:
         import pynvml

@@ -16,6 +16,7 @@ from accelstudy.config import config_hash
 from accelstudy.errors import StudyError
 from accelstudy.files import read_json
 from accelstudy.forecast import StudyEstimates
+from accelstudy.kinds import KINDS
 from accelstudy.layout import (
     COVERS,
     MEASURING,
@@ -275,7 +276,7 @@ class StudyTargets(StudyLayout):
 
     def point_threads(self, w: Any) -> int:
         """On the cpu system a card is a process, so a point takes one core per card."""
-        return self._cards(w) if self.system.device == "cpu" else 1
+        return self._cards(w) if KINDS[self.system.device].host else 1
 
     # Across nodes, a point is what the SLURM plugin calls an MPI job: it submits its task
     # layout (one task per node, the node's launcher, with `--gres` GPUs per node so each node

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from accelstudy.errors import StudyError
 from accelstudy.files import read_yaml
+from accelstudy.kinds import KINDS
 from accelstudy.locks import release_results_lock, take_results_lock
 from accelstudy.paths import export_for_jobs, require_project_files
 
@@ -48,7 +49,7 @@ if workflow.is_main_process and (misfits := STUDY.stamp_misfits()):
     print(f"Runs again: {next(iter(misfits.values()))}{more}", file=sys.stderr)
 # `--software-deployment-method conda` builds the environment the system's device needs (Gaudi
 # jobs run in their container: envs/gaudi)
-CONDA_ENV = f"../../envs/{'cuda' if SYSTEM.device == 'cuda' else 'cpu'}.yaml"
+CONDA_ENV = f"../../envs/{KINDS[SYSTEM.device].conda_env}.yaml"
 
 
 # one writer per results folder, whichever checkout or host runs it (dry runs take none)

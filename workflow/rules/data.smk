@@ -25,9 +25,11 @@ rule prepare_model:
 
 # A GGUF is dequantized to safetensors as a batch job under a site profile (a large model needs
 # a node's memory for it), not on the login node beside Snakemake as the other sources are.
+# It uses about half a core (27 s for SmolLM2's GGUF, stop 59): one, the other free for a job.
 use rule prepare_model as convert_gguf with:
     wildcard_constraints:
         model=STUDY.model_pattern(gguf=True),
+    threads: 1
 
 
 rule prepare_data:

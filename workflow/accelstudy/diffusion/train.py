@@ -26,7 +26,6 @@ from accelstudy.diffusion import quality, sr3
 from accelstudy.files import atomic_open
 from accelstudy.points import DiffusionPoint
 
-BACKENDS = {"cuda": "nccl", "hpu": "hccl", "cpu": "gloo"}
 LOSS_NOTE = "mean |noise - predicted| per pixel (the summed L1 is optimised)"
 MAX_LOSSES = 200  # the record keeps at most this many, evenly spaced
 
@@ -41,11 +40,7 @@ def batches(loader: DataLoader, sampler: DistributedSampler):
 def run_point(point: DiffusionPoint, data: Path, samples: Path, device: Device) -> ranks.Measured:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     with timeline.phase("device"):
-        if device.kind == "hpu":
-            import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
-        if device.kind == "cuda":
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        torch.distributed.init_process_group(BACKENDS[device.kind])
+        device.init_process_group()
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     with timeline.phase("data"):
         pairs = load_pairs(data)
@@ -102,7 +97,7 @@ def run_point(point: DiffusionPoint, data: Path, samples: Path, device: Device) 
     metrics.update(achieved_flops_per_s=images_per_s * flops, parameters=unet.num_parameters())
     stride = max(1, len(per_pixel) // MAX_LOSSES)
     metrics.update(final_loss=per_pixel[-1], losses=per_pixel[::stride], loss=LOSS_NOTE)
-    peak = device.peak_memory_bytes() - (baseline if device.kind == "cpu" else 0)
+    peak = device.peak_memory_bytes() - (baseline if device.spec.host else 0)
     measured = {"device": device.kind, "world_size": world, "peak_memory_bytes": peak}
     if rank == 0:
         metrics["quality"] = check_quality(unet, point, pairs, samples)

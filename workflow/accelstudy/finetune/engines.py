@@ -12,6 +12,7 @@ from accelerate import PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 from transformers import Trainer, TrainingArguments
 
+from accelstudy.kinds import KINDS
 from accelstudy.paths import PROJECT_ROOT
 from accelstudy.points import FinetunePoint
 from accelstudy.strategies import STATE_KEYS, STRATEGIES, WHOLE_COPIES, use_own_ninja
@@ -48,7 +49,7 @@ def build_cpu_ops() -> None:
 def prepare_state(strategy: str, device_kind: str) -> None:
     """Before any training argument (whose `use_cpu` decides the state): the engine's own; on
     Gaudi, optimum-habana's model classes, before FSDP's are named."""
-    if device_kind == "hpu":
+    if KINDS[device_kind].habana:
         from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
 
         adapt_transformers_to_gaudi()
@@ -67,7 +68,7 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
     if point.checkpoint_steps:
         kwargs.update(save_strategy="steps", save_steps=point.checkpoint_steps, save_total_limit=1)
     kwargs |= STRATEGIES[point.strategy].engine.training_kwargs(point, device_kind, layers)
-    if device_kind == "hpu":
+    if KINDS[device_kind].habana:
         from optimum.habana import GaudiTrainingArguments
 
         lazy = point.hpu_mode() == "lazy"
@@ -77,13 +78,13 @@ def training_arguments(point: FinetunePoint, out: Path, device_kind: str, layers
             kwargs.update(torch_compile=True, torch_compile_backend="hpu_backend")
             kwargs["pipelining_fwd_bwd"] = False
         return GaudiTrainingArguments(**kwargs)
-    return TrainingArguments(**kwargs, use_cpu=device_kind == "cpu")
+    return TrainingArguments(**kwargs, use_cpu=KINDS[device_kind].host)
 
 
 def trainer(point: FinetunePoint, device_kind: str, model: Any, args: Any, **kwargs: Any) -> Any:
     """StrategyTrainer; on Gaudi GaudiTrainer as Habana's LoRA example, its model flags (fused:
     Habana's flash attention; compiled: no fused RoPE) on the generation config, which it reads."""
-    if device_kind != "hpu":
+    if not KINDS[device_kind].habana:
         return StrategyTrainer(model=model, args=args, **kwargs)
     from optimum.habana import GaudiConfig, GaudiTrainer
 

@@ -11,6 +11,7 @@ from transformers import PretrainedConfig
 from accelstudy.data.sources import describe_source, read_source
 from accelstudy.finetune.planner import HOST_REFUSED_PAST, fit_check, host_overflow, meta_model
 from accelstudy.flops import training_per_token
+from accelstudy.kinds import KINDS
 from accelstudy.launch import PointFailed, PointJob
 from accelstudy.layout import results_of
 from accelstudy.models import load_model_config
@@ -29,7 +30,8 @@ def unsupported(point: FinetunePoint, config: PretrainedConfig, device_kind: str
     if package := STRATEGIES[point.strategy].engine.missing():
         return f"{point.strategy} needs {package}, which is not installed"
     model_class = type(meta_model(config))  # the plan's, already built
-    if point.attention == "fused" and device_kind != "hpu" and not model_class._supports_sdpa:
+    habana = KINDS[device_kind].habana  # Habana's own flash attention
+    if point.attention == "fused" and not habana and not model_class._supports_sdpa:
         return f"{model_class.__name__} has no fused (SDPA) attention; use attention eager"
     return None
 
@@ -47,7 +49,7 @@ def run(
     card_gb, card_source = card_memory(job.system, job.ranks_device)
     system = replace(job.system, memory_per_card_gb=card_gb)
     metrics, over = fit_check(config, point, system, job.ranks_device, is_random(model_dir))
-    on_cpu = card_gb is None and job.system.device == "cpu"
+    on_cpu = card_gb is None and KINDS[job.system.device].host
     metrics["memory_per_card_source"] = "the node's RAM per rank" if on_cpu else card_source
     reason = unsupported(point, config, job.ranks_device)
     if reason and point.on_unsupported != "record":

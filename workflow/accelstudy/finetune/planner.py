@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from accelstudy.errors import ConfigError
 from accelstudy.forecast import DTYPE_BYTES
+from accelstudy.kinds import KINDS
 from accelstudy.layout import StudyLayout
 from accelstudy.models import load_model_config
 from accelstudy.paths import RESOURCES
@@ -215,7 +216,9 @@ def load_bytes(model: PreTrainedModel, point: FinetunePoint, held: int, device: 
     if strategy.loads is Loads.EVERY_RANK:
         states = held + sum(b.numel() * b.element_size() for b in model.buffers())
         return states + min(states, strategy.broadcast_bucket_bytes)
-    whole = model_state_bytes(model, point.replace(cards=1))["parameters"] if device == "cpu" else 0
+    whole = (
+        model_state_bytes(model, point.replace(cards=1))["parameters"] if KINDS[device].host else 0
+    )
     largest = max(p.numel() for p in model.parameters()) * width
     if strategy.loads is Loads.RANK_ZERO:
         return whole + held + largest + (math.ceil(largest / cards) if cards > 1 else 0)
@@ -232,10 +235,10 @@ def plan_card(config: PretrainedConfig, point: FinetunePoint, device: str) -> Me
     layer, total = sum(p.numel() for p in layers[0].parameters()), model.num_parameters()
     engine, width = STRATEGIES[point.strategy].engine, DTYPE_BYTES[point.dtype]
     overhead = FRAMEWORK_OVERHEAD[device] + (
-        CPU_ENGINE.get(engine.name, 0) if device == "cpu" else 0
+        CPU_ENGINE.get(engine.name, 0) if KINDS[device].host else 0
     )
     overhead += PROCESS_GROUP.get(device, 0) if point.cards > 1 else 0
-    if device != "cpu":
+    if not KINDS[device].host:
         return replace(tensors, overhead=int(overhead))
     if engine.name not in CPU_HEAP_KEPT:  # an engine registered without its measured row
         row = f"engine '{engine.name}' has no cpu_heap_kept row in resources/planner_constants.csv"
@@ -262,14 +265,14 @@ def plan_host(
     weights = meta_model(config).num_parameters() * DTYPE_BYTES[point.dtype]
     blocks = point.max_steps * point.samples_per_step * point.cards
     data = blocks * point.max_seq_length * TOKEN_COLUMNS * 8
-    resident = plan_card(config, point, device).total if device == "cpu" else 0
+    resident = plan_card(config, point, device).total if KINDS[device].host else 0
     loads_by = STRATEGIES[point.strategy].loads
     read = 0 if random_weights else min(weights, int(CHECKPOINT_SHARD))
     partition = math.ceil(weights / point.cards) + read
     loads = [partition if loads_by is Loads.ITS_PARTITION else weights] * ranks_per_node
-    if loads_by is Loads.RANK_ZERO and device != "hpu":
+    if loads_by is Loads.RANK_ZERO and not KINDS[device].habana:
         loads[1:] = [0] * (ranks_per_node - 1)
-    if random_weights and loads_by is Loads.EVERY_RANK and device == "cuda":
+    if random_weights and loads_by is Loads.EVERY_RANK and KINDS[device].random_on_card:
         loads = [0] * ranks_per_node
     return HostPlan(tuple(int(HOST_PROCESS[device]) + max(w, resident) + data for w in loads))
 
@@ -279,7 +282,7 @@ def memory_per_card(system: System, cards: int) -> float | None:
     else unknown (None), never host RAM: a job reads its card (systems.card_memory)."""
     if system.memory_per_card_gb is not None:
         return float(system.memory_per_card_gb)
-    if system.device != "cpu":
+    if not KINDS[system.device].host:
         return None
     return psutil.virtual_memory().total / 1e9 / system.layout(cards)[1]
 
@@ -288,7 +291,7 @@ def host_memory(system: System) -> float | None:
     """GB of a node's RAM: the system file's, else this machine's on a cpu system, else unknown."""
     if system.host_memory_gb is not None:
         return float(system.host_memory_gb)
-    return psutil.virtual_memory().total / 1e9 if system.device == "cpu" else None
+    return psutil.virtual_memory().total / 1e9 if KINDS[system.device].host else None
 
 
 def fit_check(

@@ -32,6 +32,7 @@ from accelstudy.device import DTYPES, Device, host_peak_rss
 from accelstudy.errors import StudyError
 from accelstudy.files import read_json, sha256_file, write_json
 from accelstudy.finetune import engines
+from accelstudy.kinds import KINDS
 from accelstudy.models import DTYPE_KWARG, causal_lm_class, load_model_config, model_files
 from accelstudy.points import FinetunePoint
 from accelstudy.snapshots import weights_dir
@@ -121,7 +122,9 @@ def rank_device(point: FinetunePoint, device_kind: str) -> str:
     """Where a random-weight model is made: on this rank's card where every rank holds it whole
     (DDP); on the CPU where it is sharded after (FSDP from rank 0; ZeRO-3 under zero.Init)."""
     whole = STRATEGIES[point.strategy].loads is Loads.EVERY_RANK
-    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if whole and device_kind == "cuda" else "cpu"
+    kind = KINDS[device_kind]
+    on_card = whole and kind.random_on_card
+    return f"{kind.torch_type}:{os.environ.get('LOCAL_RANK', '0')}" if on_card else "cpu"
 
 
 def load_model(
@@ -132,10 +135,10 @@ def load_model(
     weights = str(weights_dir(model_dir))
     tokenizer = AutoTokenizer.from_pretrained(weights)
     kwargs: dict[str, Any] = {DTYPE_KWARG: DTYPES[point.dtype]}
-    if device_kind != "hpu":
+    if not KINDS[device_kind].habana:
         kwargs["attn_implementation"] = engines.ATTENTION[point.attention]
     # all ranks but under torch's FSDP, where rank 0 alone loads (RAM-efficient loading)
-    alone = STRATEGIES[point.strategy].loads is Loads.RANK_ZERO and device_kind != "hpu"
+    alone = STRATEGIES[point.strategy].loads is Loads.RANK_ZERO and not KINDS[device_kind].habana
     if not alone or os.environ.get("RANK", "0") == "0":
         timeline.read_model_files(model_files(Path(weights)))
         if random_source.is_random(Path(weights)):  # no weights on disk: made in the dtype
@@ -208,7 +211,7 @@ def run_point(point: FinetunePoint, model_dir: Path, out: Path, device: Device) 
         trainer = engines.trainer(point, device.kind, model, args, **kwargs)
         resume = last_checkpoint(kept) if kept else None
         steps = trainer.train(resume_from_checkpoint=str(resume) if resume else None).global_step
-    peak = device.peak_memory_bytes() - (baseline if device.kind == "cpu" else 0)
+    peak = device.peak_memory_bytes() - (baseline if device.spec.host else 0)
     measured = {"device": device.kind, "world_size": args.world_size, "peak_memory_bytes": peak}
     measured |= {"host_peak_rss": host_peak_rss(), "load_rss_growth": loaded}
     return {**measured, **meter.measured(steps, point, args.world_size)}
@@ -221,7 +224,7 @@ def summarise(point: FinetunePoint, out: Path, measured: list[ranks.Measured]) -
     metrics = ranks.peak_metrics(measured, "before the model loads")
     metrics["clean_measurement"] = resumed == 0
     metrics |= {"resumed_from_step": resumed} if resumed else {}  # the speed: this run's steps only
-    metrics |= {"gaudi_mode": point.hpu_mode()} if first["device"] == "hpu" else {}
+    metrics |= {"gaudi_mode": point.hpu_mode()} if KINDS[first["device"]].habana else {}
     metrics["model_state_bytes"] = [m["model_state_bytes"] for m in measured]
     for key in ("host_peak_rss", "load_rss_growth"):  # the ranks in order, node by node
         metrics[f"{key}_per_rank"] = [m[key] for m in measured]

@@ -132,7 +132,7 @@ def fp8(job: QuantJob, model: PreTrainedModel, bits: Bits) -> RecipeResult:
     """The Gaudi recipe: the high-precision cluster (bits >= 16) in BF16, the rest in FP8."""
     fp8_keys = [key for key, b in bits.items() if b is not None and b < 16]
     ratio = stored_ratio(model, {key: 8 if key in fp8_keys else 16 for key in bits})
-    if job.device.kind == "hpu":
+    if job.device.spec.habana:
         quantized = fp8_on_hpu(job, model, fp8_keys)
         note = f"Intel Neural Compressor FP8 ({job.fp8_format}) MEASURE + QUANTIZE on HPU"
         return quantized, job.stored_bytes(quantized), ratio, note
@@ -190,7 +190,7 @@ def quantize(**flags: Any) -> dict[str, Any]:
     if job.recipe not in RECIPES:
         raise ValueError(f"unknown recipe '{job.recipe}'; expected one of {tuple(RECIPES)}")
     recipe = RECIPES[job.recipe]
-    if job.recipe == "fp8" and job.device.kind != "hpu" and job.fp8_without_hpu == "error":
+    if job.recipe == "fp8" and not job.device.spec.habana and job.fp8_without_hpu == "error":
         raise RecipeDeviceError(
             f"recipe 'fp8' needs Intel Neural Compressor on an HPU, but the device is "
             f"'{job.device.kind}'; set ptq.fp8_without_hpu: standin to run the float8 stand-in"

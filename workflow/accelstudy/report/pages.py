@@ -10,6 +10,7 @@ import pandas as pd
 import yaml
 
 from accelstudy.files import atomic_open
+from accelstudy.kinds import KINDS
 
 NOTES = yaml.safe_load(Path(__file__).with_name("notes.yaml").read_text())  # the prose
 RECORDS = "All records: `tables/records.csv`, `tables/records.parquet`."
@@ -83,7 +84,10 @@ def slug(title: str) -> str:
 def our_numbers(runs: pd.DataFrame, part: str, **values: object) -> str:
     """What a part's numbers are (notes.yaml), so no one reads them against the paper's in
     absolute terms; what CPU cards and stand-in data mean, where the runs used them."""
-    used = {"cpu": runs["device"].eq("cpu").any(), "standin": runs["data"].eq("stand-in").any()}
+    used = {
+        "cpu": runs["device"].isin([k for k, s in KINDS.items() if s.host]).any(),
+        "standin": runs["data"].eq("stand-in").any(),
+    }
     said = [text for key, text in NOTES["our_numbers"][part].items() if used.get(key, True)]
     return " ".join(said).format(**values)
 
