@@ -25,7 +25,7 @@ rule prepare_model:
 
 # A GGUF is dequantized to safetensors as a batch job under a site profile (a large model needs
 # a node's memory for it), not on the login node beside Snakemake as the other sources are.
-# It uses about half a core (27 s for SmolLM2's GGUF, stop 59): one, the other free for a job.
+# It keeps one core busy: 2 threads took 21 s as 1 did (SmolLM2's GGUF, AVX2), so it holds one.
 use rule prepare_model as convert_gguf with:
     wildcard_constraints:
         model=STUDY.model_pattern(gguf=True),
