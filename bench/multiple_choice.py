@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from accelstudy.data.standin import standin_rows
 from accelstudy.evaluate.multiple_choice import decide, score_items, tokenize_request
-from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS
+from accelstudy.tasks import TASKS
 from common import best_of, judge, load_model, parse_args, set_threads
 from scoring_references import score_padded_batch, score_separately, score_shared_context
 
@@ -29,8 +29,8 @@ def main() -> int:
     model, tokenizer = load_model(args.tiny)
     figures, bounds = {}, {}
     for task in ("hellaswag", "boolq"):
-        spec = CHOICE_PROTOCOLS[(task, "paper")]
-        requests = [spec.build(r) for r in standin_rows(task, "validation")[: args.items]]
+        spec = TASKS[task].protocols["paper"]
+        requests = [spec.request(r) for r in standin_rows(task, "validation")[: args.items]]
         inputs = [tokenize_request(tokenizer, r, spec, 2048) for r in requests]
 
         def run(score, inputs=inputs):

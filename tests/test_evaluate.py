@@ -19,12 +19,12 @@ from accelstudy.evaluate.multiple_choice import (
 )
 from accelstudy.evaluate.perplexity import documents, paper_blocks
 from accelstudy.evaluate.prompts import (
-    CHOICE_PROTOCOLS,
     boolq_paper,
     encode,
     encode_pair,
     hellaswag_clean,
 )
+from accelstudy.tasks import TASKS
 from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
 
 from bench.scoring_references import (
@@ -36,13 +36,15 @@ from bench.scoring_references import (
 )
 from tests.conftest import EVAL_SETTINGS
 
+CHOICE_TASKS = sorted((task, p) for task, spec in TASKS.items() for p in spec.protocols)
 
-@pytest.mark.parametrize(("task", "protocol"), sorted(CHOICE_PROTOCOLS))
+
+@pytest.mark.parametrize(("task", "protocol"), CHOICE_TASKS)
 def test_shared_context_equals_separate_scoring(task, protocol, tiny, standin):
     model, tokenizer = tiny
-    spec = CHOICE_PROTOCOLS[(task, protocol)]
+    spec = TASKS[task].protocols[protocol]
     for row in standin[task][:8]:
-        context, conts = tokenize_request(tokenizer, spec.build(row), spec, 2048)
+        context, conts = tokenize_request(tokenizer, spec.request(row), spec, 2048)
         shared = score_shared_context(model, context, conts)
         separate = score_separately(model, context, conts)
         padded = score_padded_batch(model, context, conts)
@@ -57,8 +59,8 @@ def test_shared_context_equals_separate_scoring(task, protocol, tiny, standin):
 def test_batched_shared_contexts_equal_separate_scoring(task, tiny, standin):
     """Items of different context lengths in one batch: padding must not leak into scores."""
     model, tokenizer = tiny
-    spec = CHOICE_PROTOCOLS[(task, "paper")]
-    items = [tokenize_request(tokenizer, spec.build(r), spec, 2048) for r in standin[task][:6]]
+    spec = TASKS[task].protocols["paper"]
+    items = [tokenize_request(tokenizer, spec.request(r), spec, 2048) for r in standin[task][:6]]
     items.append(([tokenizer.bos_token_id], items[0][1]))  # a one-token context
     assert len({len(c) for c, _ in items}) > 2
     batched = score_shared_contexts(model, items)
@@ -141,7 +143,7 @@ def test_documents_split_at_top_level_headings():
 
 
 def test_boolq_paper_records_both_tie_rules():
-    spec = CHOICE_PROTOCOLS[("boolq", "paper")]
+    spec = TASKS["boolq"].protocols["paper"]
     request = boolq_paper({"passage": "p", "question": "q", "answer": True})
     tie = [Score(-2.0, 1, False), Score(-2.0, 1, False)]
     result = decide(request, tie, spec)
@@ -152,14 +154,18 @@ def test_boolq_paper_records_both_tie_rules():
 
 
 def test_token_normalisation_and_char_normalisation_differ():
-    request = CHOICE_PROTOCOLS[("hellaswag", "lm-eval")].build(
-        {
-            "activity_label": "x",
-            "ctx_a": "a",
-            "ctx_b": "b",
-            "endings": ["aaaaaaaa", "b", "c", "d"],
-            "label": "0",
-        }
+    request = (
+        TASKS["hellaswag"]
+        .protocols["lm-eval"]
+        .request(
+            {
+                "activity_label": "x",
+                "ctx_a": "a",
+                "ctx_b": "b",
+                "endings": ["aaaaaaaa", "b", "c", "d"],
+                "label": "0",
+            }
+        )
     )
     scores = [
         Score(-4.0, 4, False),
@@ -167,7 +173,7 @@ def test_token_normalisation_and_char_normalisation_differ():
         Score(-5.0, 1, False),
         Score(-6.0, 1, False),
     ]
-    result = decide(request, scores, CHOICE_PROTOCOLS[("hellaswag", "lm-eval")])
+    result = decide(request, scores, TASKS["hellaswag"].protocols["lm-eval"])
     assert result.prediction == 1  # highest sum
     assert result.prediction_norm == 0  # -4/8 beats -3/1 per character
 
@@ -200,8 +206,8 @@ def test_multiple_choice_accuracy_from_items(tiny, cpu, standin):
 def test_scores_do_not_depend_on_the_batch_size(task, tiny, standin):
     """1, 8 or 32 items per packed batch (and a truncated item among them): the same scores."""
     model, tokenizer = tiny
-    spec = CHOICE_PROTOCOLS[(task, "lm-eval")]
-    items = [tokenize_request(tokenizer, spec.build(r), spec, 2048) for r in standin[task][:40]]
+    spec = TASKS[task].protocols["lm-eval"]
+    items = [tokenize_request(tokenizer, spec.request(r), spec, 2048) for r in standin[task][:40]]
     max_length = max(len(c) for c, _ in items) - 3  # the longest items are truncated
     runs = {n: score_items(model, items, max_length, items_per_batch=n) for n in (1, 8, 32)}
     lls = {n: [s.loglikelihood for item in run for s in item] for n, run in runs.items()}

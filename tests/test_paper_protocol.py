@@ -8,7 +8,7 @@ import pytest
 from accelstudy.evaluate import evaluate_task
 from accelstudy.evaluate.multiple_choice import tokenize_request
 from accelstudy.evaluate.perplexity import paper_blocks
-from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS
+from accelstudy.tasks import TASKS
 
 from tests.conftest import EVAL_SETTINGS
 
@@ -33,8 +33,8 @@ def test_special_tokens_as_the_tokenizer_adds_them(fixture, request, standin):
     assert len(blocks) == expected
     n_bos = int((blocks == tokenizer.bos_token_id).sum())
     assert (n_bos > 0) == adds_bos
-    spec = CHOICE_PROTOCOLS[("boolq", "paper")]
-    request_ = spec.build({"passage": "p", "question": "q", "answer": True})
+    spec = TASKS["boolq"].protocols["paper"]
+    request_ = spec.request({"passage": "p", "question": "q", "answer": True})
     context, _ = tokenize_request(tokenizer, request_, spec, 512)
     assert (context[0] == tokenizer.bos_token_id) == adds_bos
 
@@ -56,19 +56,19 @@ def test_wikitext_blocks_never_span_a_1000_row_batch(tiny):
 
 
 def test_hellaswag_context_is_the_raw_ctx_field():
-    paper = CHOICE_PROTOCOLS[("hellaswag", "paper")].build(HELLASWAG)
-    lm_eval = CHOICE_PROTOCOLS[("hellaswag", "lm-eval")].build(HELLASWAG)
+    paper = TASKS["hellaswag"].protocols["paper"].request(HELLASWAG)
+    lm_eval = TASKS["hellaswag"].protocols["lm-eval"].request(HELLASWAG)
     assert paper.context == "A man pours rice into a pot. he"  # ctx_b stays lower case
     assert lm_eval.context == "Cooking: A man pours rice into a pot. He"
     without_ctx = {k: v for k, v in HELLASWAG.items() if k != "ctx"}
-    rebuilt = CHOICE_PROTOCOLS[("hellaswag", "paper")].build(without_ctx)
+    rebuilt = TASKS["hellaswag"].protocols["paper"].request(without_ctx)
     assert rebuilt.context == paper.context  # ctx_a + " " + ctx_b, as the HF set builds it
 
 
 def test_hellaswag_right_truncation_keeps_the_first_tokens(tiny):
     _, tokenizer = tiny
-    spec = CHOICE_PROTOCOLS[("hellaswag", "paper")]
-    request = spec.build(HELLASWAG)
+    spec = TASKS["hellaswag"].protocols["paper"]
+    request = spec.request(HELLASWAG)
     full_context, full = tokenize_request(tokenizer, request, spec, 2048)
     limit = len(full_context) + 2
     context, truncated = tokenize_request(tokenizer, request, spec, limit)
@@ -88,8 +88,8 @@ def test_boolq_passage_beyond_512_tokens_loses_its_answer(tiny, cpu):
         "question": "is a tuple immutable",
         "answer": True,
     }
-    spec = CHOICE_PROTOCOLS[("boolq", "paper")]
-    context, answers = tokenize_request(tokenizer, spec.build(long), spec, 512)
+    spec = TASKS["boolq"].protocols["paper"]
+    context, answers = tokenize_request(tokenizer, spec.request(long), spec, 512)
     assert len(context) == 512 and answers == [[], []]
     metrics, items = evaluate_task(
         model, tokenizer, "boolq", "paper", [long, short], EVAL_SETTINGS, cpu

@@ -16,7 +16,7 @@ from accelstudy.options import argument, filled, node
 from accelstudy.paths import PAPER
 from accelstudy.points import DiffusionPoint, FinetunePoint
 from accelstudy.strategies import STRATEGIES
-from accelstudy.tasks import PROTOCOLS, SPLITS, TASK_NAMES
+from accelstudy.tasks import PROTOCOLS, SPLITS, TASKS
 
 
 def _json(text: str) -> Any:
@@ -46,7 +46,7 @@ RUN_KEYS = {
     "baseline": ("task", "protocol", "data", "data_source", "settings", "limit", "out", "items"),
     "quantize": ("recipe", "out", "items"),
 }
-RUN_CHOICES = {"task": TASK_NAMES, "protocol": PROTOCOLS}
+RUN_CHOICES = {"task": TASKS, "protocol": PROTOCOLS}
 
 
 def _runs(stage: str) -> Callable[[str], list[dict[str, Any]]]:
@@ -174,7 +174,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
         [("spec", {"type": _spec("models.*"), "help": "the models.<name> config entry"}),
          "seed", "out"]),
     "prepare-data": ("load one split of a task; cache as JSON Lines", "data.sources:prepare_data",
-        [("task", {"choices": TASK_NAMES}),
+        [("task", {"choices": TASKS}),
          ("spec", {"type": _spec("tasks.*"), "help": "the tasks.<name> config entry"}),
          ("split", {"required": True, "choices": SPLITS}), "out"]),
     "baseline": ("evaluate the unquantized model on every task and protocol given",

@@ -205,7 +205,8 @@ def _evaluation(rule: str, w: Any, output: str, config: Mapping[str, Any]) -> Wo
     tokens = passes * split_tokens(task, w.task, split, limit)
     if model is None or math.isnan(tokens):
         return Work(rule, output, w.model, kind, 1, dtype, None)
-    length = evaluation["block_size"] if w.task == "wikitext" else 256  # a typical item's
+    perplexity = TASKS[w.task].kind == "perplexity"
+    length = evaluation["block_size"] if perplexity else 256  # else a typical item's
     timed = tokens * flops.forward_per_token(model, length)
     return Work(rule, output, w.model, kind, 1, dtype, timed, 0.0,
                 parameters(model) * DTYPE_BYTES[dtype])  # fmt: skip

@@ -12,14 +12,14 @@ from accelstudy.paths import SCHEMAS, require_project_files
 from accelstudy.pruning import FAMILIES, GRANULARITIES
 from accelstudy.recipes import RECIPES
 from accelstudy.strategies import STRATEGIES
-from accelstudy.tasks import PROTOCOLS, TASK_NAMES, TASKS
+from accelstudy.tasks import PROTOCOLS, TASKS
 
 
 @cache
 def _schema() -> dict[str, Any]:
     require_project_files()  # read on import (the points' defaults): say where it looked
     loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
-    ptq, names = loaded["properties"]["ptq"]["properties"], {"enum": list(TASK_NAMES)}
+    ptq, names = loaded["properties"]["ptq"]["properties"], {"enum": list(TASKS)}
     loaded["properties"]["tasks"]["propertyNames"] = ptq["tasks"]["items"] = names
     loaded["$defs"]["task"]["properties"]["protocols"]["items"] = {"enum": list(PROTOCOLS)}
     ptq["recipes"]["items"] = {"enum": list(RECIPES)}
@@ -30,8 +30,13 @@ def _schema() -> dict[str, Any]:
         name: {"type": ["integer", "null"], "minimum": 1, "default": spec.calibration_limit}
         for name, spec in TASKS.items()
     }
+    evaluation = loaded["properties"]["evaluation"]["properties"]
+    for name, spec in TASKS.items():  # the paper protocol's length per multiple-choice task
+        if spec.max_length is not None:
+            paper = {"type": "integer", "minimum": 16, "default": spec.max_length}
+            evaluation[f"{name}_max_length"] = paper
     per_task = {"enum": ["last", "first"], "default": "last"}
-    ptq["remainder"]["oneOf"][1]["properties"] = dict.fromkeys(TASK_NAMES, per_task)
+    ptq["remainder"]["oneOf"][1]["properties"] = dict.fromkeys(TASKS, per_task)
     return loaded
 
 

@@ -15,6 +15,7 @@ class Recipe:
     # rule: fp8 keeps 16 in BF16 and stores every lower width in FP8; bf16 ignores the bits)
     options: tuple[str, ...] = ()  # the ptq keys only it reads: its jobs' flags, its digests
     simulated: bool = False  # weights kept FP32: Table 1 heads its columns by bit list alone
+    habana: bool = False  # needs Habana's stack (INC on an HPU); elsewhere per fp8_without_hpu
 
 
 QUANTIZE = "accelstudy.ptq.quantize"
@@ -26,7 +27,7 @@ RECIPES: dict[str, Recipe] = {
         # float16 on a GPU computes as the paper's A100
         Recipe("nvidia", None, "FP16/INT8", f"{QUANTIZE}:nvidia", (4, 8, 16)),  # weights.py's
         # Gaudi's: INC FP8, the rest BF16
-        Recipe("fp8", "bfloat16", "BF16/FP8", f"{QUANTIZE}:fp8", (), FP8_OPTIONS),
+        Recipe("fp8", "bfloat16", "BF16/FP8", f"{QUANTIZE}:fp8", (), FP8_OPTIONS, habana=True),
         Recipe("bf16", "bfloat16", "BF16", f"{QUANTIZE}:bf16"),  # the CPU's whole-model BF16
     )
 }

@@ -14,7 +14,7 @@ from accelstudy.errors import StudyError
 from accelstudy.files import atomic_open, sha256_file, write_json
 from accelstudy.layout import beside
 from accelstudy.snapshots import hub_commit
-from accelstudy.tasks import TASKS
+from accelstudy.tasks import TASKS, named
 
 log = logging.getLogger("accelstudy")
 Row = dict[str, Any]
@@ -51,12 +51,12 @@ def _text(row: Row, column: str, allow_empty: bool = False) -> str:
     return value
 
 
-def _wikitext(row: Row) -> Row:
+def wikitext_row(row: Row) -> Row:
     # an empty CSV cell is read as None: it was the empty line WikiText stores as ""
     return {**row, "text": "" if row["text"] is None else _text(row, "text", allow_empty=True)}
 
 
-def _hellaswag(row: Row) -> Row:
+def hellaswag_row(row: Row) -> Row:
     out = {**row, **{c: _text(row, c) for c in ("activity_label", "ctx_a")}}
     out["ctx_b"] = _text(row, "ctx_b", allow_empty=True)
     if row.get("ctx") is not None:
@@ -72,12 +72,9 @@ def _hellaswag(row: Row) -> Row:
     return {**out, "endings": endings, "label": index}
 
 
-def _boolq(row: Row) -> Row:
+def boolq_row(row: Row) -> Row:
     out = {**row, "question": _text(row, "question"), "passage": _text(row, "passage")}
     return {**out, "answer": boolq_answer(row["answer"])}
-
-
-NORMALISE = {"wikitext": _wikitext, "hellaswag": _hellaswag, "boolq": _boolq}
 
 
 def file_problem(path: Path, name: str | Path) -> str | None:
@@ -166,10 +163,10 @@ def load_split(task: str, spec: dict[str, Any], split: str) -> list[Row]:
             f"{origin}: missing column(s) {missing} for task '{task}'; "
             f"expected columns {list(columns)}, found {sorted(rows[0])}"
         )
-    checked = []
+    checked, normalise = [], named(TASKS[task].rows)
     for number, row in enumerate(rows, start=1):
         try:
-            checked.append(NORMALISE[task](row))
+            checked.append(normalise(row))
         except BadValue as exc:
             raise DataSourceError(f"{origin} row {number}: {exc}") from None
         except KeyError as exc:

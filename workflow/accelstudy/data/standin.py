@@ -6,7 +6,7 @@ import re
 from functools import cache
 from itertools import groupby
 
-from accelstudy.tasks import SPLITS
+from accelstudy.tasks import SPLITS, TASKS, named
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 
@@ -87,5 +87,4 @@ def boolq_rows(split: str) -> list[dict]:
 def standin_rows(task: str, split: str) -> list[dict]:
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}'; expected one of {SPLITS}")
-    builders = {"wikitext": wikitext_rows, "hellaswag": hellaswag_rows, "boolq": boolq_rows}
-    return builders[task](split)
+    return named(TASKS[task].standin)(split)

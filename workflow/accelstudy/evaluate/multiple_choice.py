@@ -13,7 +13,8 @@ from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from accelstudy.evaluate import Scoring
-from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest, encode_pair
+from accelstudy.evaluate.prompts import ChoiceRequest, encode_pair
+from accelstudy.tasks import TASKS, ChoiceProtocol
 
 
 @dataclass(frozen=True)
@@ -210,9 +211,9 @@ def decide(request: ChoiceRequest, scores: list[Score], protocol: ChoiceProtocol
 def score(scoring: Scoring) -> tuple[dict[str, float], list[dict]]:
     """Accuracy of the first `limit` items; lm-eval's protocol adds acc_norm (per character)."""
     task, protocol, settings = scoring.task, scoring.protocol, scoring.settings
-    spec = CHOICE_PROTOCOLS[(task, protocol)]
+    spec = TASKS[task].protocols[protocol]
     max_length = settings[f"{task}_max_length" if protocol == "paper" else "lm_eval_max_length"]
-    requests = [spec.build(row) for row in scoring.rows[: scoring.limit or None]]
+    requests = [spec.request(row) for row in scoring.rows[: scoring.limit or None]]
     whole = [tokenize_request(scoring.tokenizer, r, spec, None) for r in requests]
     # lm-eval's left truncation keeps max_length + 1 tokens (the last is only a target)
     room = max_length + (spec.truncation != "right")

@@ -1,7 +1,7 @@
-"""HellaSwag and BoolQ rows to a context and choices per (task, protocol); how each tokenises."""
+"""HellaSwag and BoolQ rows to a context and choices per protocol (their tasks.TaskSpec names
+them); how each tokenises."""
 
 import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lm_eval.models.utils import has_bos_prefix
@@ -50,34 +50,6 @@ def boolq_lm_eval(row: dict) -> ChoiceRequest:
     """lm-eval's `boolq` (super_glue): '{passage}\\nQuestion: {question}?\\nAnswer:', no/yes."""
     context = f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:"
     return ChoiceRequest(context, ["no", "yes"], int(boolq_answer(row["answer"])))
-
-
-FIRST_INDEX = {"acc": None}  # np.argmax: the first best choice wins a tie
-# The authors' BoolQ scripts differ in ties (both -inf too): Gaudi's say yes only if yes > no,
-# A100's if yes >= no. Both are recorded; the first is the protocol's `accuracy`.
-BOOLQ_TIES = {"acc_ties_no": 1, "acc_ties_yes": 0}
-
-
-@dataclass(frozen=True)
-class ChoiceProtocol:
-    """How to turn rows into requests, tokenise them, and pick the answer."""
-
-    build: Callable[[dict], ChoiceRequest]
-    name: str  # "paper" | "lm-eval": how texts are encoded (`encode`)
-    normalisation: str  # "token" (mean log-prob) or "none" (sum; acc_norm also reported)
-    truncation: str  # "right": the scripts keep the first max_length tokens; "left": lm-eval
-    ties: Mapping[str, int | None]  # accuracy name -> the choice index a tie goes to
-    quoted: str = "acc"  # the `accuracy`: lm-eval users quote acc_norm for HellaSwag
-
-
-CHOICE_PROTOCOLS: dict[tuple[str, str], ChoiceProtocol] = {
-    ("hellaswag", "paper"): ChoiceProtocol(hellaswag_paper, "paper", "token", "right", FIRST_INDEX),
-    ("hellaswag", "lm-eval"): ChoiceProtocol(
-        hellaswag_lm_eval, "lm-eval", "none", "left", FIRST_INDEX, "acc_norm"
-    ),
-    ("boolq", "paper"): ChoiceProtocol(boolq_paper, "paper", "token", "right", BOOLQ_TIES),
-    ("boolq", "lm-eval"): ChoiceProtocol(boolq_lm_eval, "lm-eval", "none", "left", FIRST_INDEX),
-}
 
 
 def lm_eval_prefix(tokenizer: Tokenizer) -> int:

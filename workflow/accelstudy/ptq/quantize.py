@@ -190,9 +190,9 @@ def quantize(**flags: Any) -> dict[str, Any]:
     if job.recipe not in RECIPES:
         raise ValueError(f"unknown recipe '{job.recipe}'; expected one of {tuple(RECIPES)}")
     recipe = RECIPES[job.recipe]
-    if job.recipe == "fp8" and not job.device.spec.habana and job.fp8_without_hpu == "error":
+    if recipe.habana and not job.device.spec.habana and job.fp8_without_hpu == "error":
         raise RecipeDeviceError(
-            f"recipe 'fp8' needs Intel Neural Compressor on an HPU, but the device is "
+            f"recipe '{job.recipe}' needs Intel Neural Compressor on an HPU, but the device is "
             f"'{job.device.kind}'; set ptq.fp8_without_hpu: standin to run the float8 stand-in"
         )
     asked = recipe.compute_dtype or job.settings.get("dtype") or "float32"

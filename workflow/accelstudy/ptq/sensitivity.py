@@ -20,13 +20,13 @@ from accelstudy import device as devices
 from accelstudy.data.sources import read_prepared
 from accelstudy.evaluate.multiple_choice import Score, decide, pad_right, tokenize_request
 from accelstudy.evaluate.perplexity import paper_blocks, shifted_cross_entropy
-from accelstudy.evaluate.prompts import CHOICE_PROTOCOLS, ChoiceProtocol, ChoiceRequest
+from accelstudy.evaluate.prompts import ChoiceRequest
 from accelstudy.files import write_json
 from accelstudy.models import load_prepared
 from accelstudy.pruning import chunk_sizes
 from accelstudy.ptq import SCAN_KEYS
 from accelstudy.ptq.prune import Target, decoder_layers, pruned, targets
-from accelstudy.tasks import TASKS
+from accelstudy.tasks import TASKS, ChoiceProtocol
 
 
 @dataclass
@@ -73,10 +73,10 @@ def build_calibration(
     if TASKS[task].kind == "perplexity":
         blocks = paper_blocks(tokenizer, rows, settings["block_size"], limit)
         return Calibration(list(torch.split(blocks, settings["batch_size"])))
-    spec, max_length = CHOICE_PROTOCOLS[(task, "paper")], settings[f"{task}_max_length"]
+    spec, max_length = TASKS[task].protocols["paper"], settings[f"{task}_max_length"]
     calibration = Calibration([], spec)
     for row in rows[:limit] if limit else rows:
-        request = spec.build(row)
+        request = spec.request(row)
         context, continuations = tokenize_request(tokenizer, request, spec, max_length)
         # choices whose inputs are equal (one-token ones: the context alone) share a row
         inputs = list(dict.fromkeys(tuple(context + c)[:-1] for c in continuations))

@@ -18,7 +18,7 @@ from accelstudy.report.collect import NAN, items_of, joined
 from accelstudy.report.figures import draw
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
-from accelstudy.tasks import TASK_NAMES, TASKS
+from accelstudy.tasks import TASKS
 from accelstudy.uncertainty import ALPHA, detectable, fewest, holm, paired_difference
 
 PERCENT_METRICS = {"accuracy"}
@@ -28,7 +28,6 @@ BASELINE_LABELS = {"fp32": "FP32", "bfloat16": "BF16 baseline", "float16": "FP16
 BASELINES = list(BASELINE_LABELS.values())
 PUBLISHED_REAL = {"bf16-fp8": "BF16/FP8", "fp16-int8": "FP16/INT8"}
 TIE_RULES = {"Gaudi2": "no", "A100": "yes"}  # how the authors' BoolQ scripts break ties
-TIED_TASKS = {"boolq"}
 # the authors' runs that gave the leftover layer to the first groups (8/7/7); all others: the last
 SPLITS_8_7_7 = {("Gaudi2", "hellaswag"), ("Gaudi2", "boolq")}
 COMPRESSION = "compression ×"
@@ -247,7 +246,7 @@ def published_tidy(published: pd.DataFrame) -> pd.DataFrame:
     for (task, system, split), group in table.groupby(["task", "system", "split"], sort=False):
         fp32 = base[(base["task"] == task) & (base["split"] == split)]
         first = fp32.loc[fp32["system"].isin([system, "paper"]), "value"].iloc[0]
-        ties = TIE_RULES[str(system)] if task in TIED_TASKS else None
+        ties = TIE_RULES[str(system)] if TASKS[str(task)].tied else None
         metric = metric_label(group["metric"].iloc[0], ties)
         percentile = f"percentile {'8/7/7' if (system, task) in SPLITS_8_7_7 else '7/7/8'}"
         for method, value in [("FP32", first), *zip(group["method"], group["value"], strict=True)]:
@@ -335,7 +334,7 @@ def _grid(
     frame: pd.DataFrame, by: str, rows: list[str], size: tuple[float, float]
 ) -> tuple[plt.Figure, list[Panel]]:
     """A row of panels per `by` value, a column per task; (figure, non-empty panels)."""
-    tasks = sorted(frame["task"].unique(), key=TASK_NAMES.index)
+    tasks = sorted(frame["task"].unique(), key=list(TASKS).index)
     figsize = (size[0] * len(tasks), size[1] * len(rows))
     fig, axes = plt.subplots(len(rows), len(tasks), squeeze=False, figsize=figsize)
     panels: list[Panel] = []
