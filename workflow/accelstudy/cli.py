@@ -134,17 +134,11 @@ def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -
     return build_report(study, records, results_dir, **tables)
 
 
-class DeviceChoices:
-    """`auto` and the registry's kinds (accelstudy.kinds), read as an argument is checked."""
-
-    def __init__(self, auto: bool = True) -> None:
-        self.auto = auto
-
-    def __contains__(self, value: object) -> bool:
-        return (self.auto and value == "auto") or value in KINDS
-
-    def __iter__(self) -> Any:
-        return iter(["auto"] * self.auto + list(KINDS))
+def _device(kind: str) -> str:
+    """An argparse type: `auto` or a registered device kind (accelstudy.kinds), read as parsed."""
+    if kind != "auto" and kind not in KINDS:
+        raise argparse.ArgumentTypeError(f"'{kind}': expected auto or one of {', '.join(KINDS)}")
+    return kind
 
 
 # add_argument keywords of the options several subcommands share; a subcommand may amend them
@@ -157,7 +151,7 @@ SHARED: dict[str, dict[str, Any]] = {
     "limit": argument("tasks.*.limit"),
     "seed": argument("seed"),
     "threads": {"type": _positive(int), "default": 1, "help": "cores of this job"},
-    "device": {"default": "auto", "choices": DeviceChoices()},
+    "device": {"default": "auto", "type": _device},
     "params-digest": {"help": "its rule's params digest, written into the record (the check of "
                               "a record against its study)"},
 }  # fmt: skip
@@ -232,7 +226,7 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("dtype", {"default": "bfloat16", "choices": ["bfloat16", "float32"]}),
          ("batch", "finetune.per_device_batch"), ("seq-len", "finetune.max_seq_length"),
          ("attention", {"default": "fused", "choices": ["fused", "eager"]}),
-         ("device", {"default": "cuda", "choices": DeviceChoices(auto=False)}),
+         ("device", {"default": "cuda", "choices": KINDS}),
          ("memory-per-card-gb", {"type": _positive(float), "help": "say whether it fits"})]),
     "plan-fit": ("the points each system holds out for memory", "console:print_fit",
         ["configfile", ("system", {"nargs": "*", "default": [], "required": False,
