@@ -314,3 +314,32 @@ def test_plan_time_resolves_auto_as_plan_fit_and_the_job_do(monkeypatch):
     assert forecast._dtype("float32", cpu) == "float32"  # asked: as asked
     rates["flops_per_s"]["bfloat16"] = 3e9  # emulated
     assert forecast._dtype("auto", cpu) == "float32"
+
+
+@pytest.mark.parametrize("study", ["config.yaml", "paper.yaml", "gpu-smoke.yaml"])
+def test_plan_fit_and_plan_time_agree_on_each_points_dtype_and_model(study):
+    """For every shipped study and system, each fine-tuning point that plan-fit plans is a job
+    plan-time times, in the dtype plan-fit resolved (`auto` as a job resolves it) and for the
+    same model (plan-time's sizes from the config plan-fit reads)."""
+    from accelstudy.config import read_config
+    from accelstudy.finetune.planner import memory_per_card, plan_sweep
+    from accelstudy.forecast import StudyEstimates
+    from accelstudy.paths import PROJECT_ROOT, SYSTEMS
+    from accelstudy.systems import load_system
+
+    config = read_config(PROJECT_ROOT / "config" / study)
+    checked = 0
+    for name in sorted(path.stem for path in SYSTEMS.glob("*.yaml")):
+        system = load_system(name)
+        if not config["finetune"]["enabled"] or memory_per_card(system, 1) is None:
+            continue
+        timed = {(w.model, w.kind, w.cards): w for w in StudyEstimates(config, system, []).works.values()
+                 if w.rule == "finetune"}  # fmt: skip
+        for row in plan_sweep(config, system):
+            if row["held_out_for"].startswith("beyond"):
+                continue
+            work = timed[(row["model"], (row["strategy"], row["attention"]), row["cards"])]
+            assert work.dtype == row["dtype"], (study, name, row)
+            assert work.timed_flops is not None, (study, name, row)  # its model's sizes found
+            checked += 1
+    assert checked or not config["finetune"]["enabled"]
