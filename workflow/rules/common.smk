@@ -15,7 +15,7 @@ try:  # before the imports below read the config schema's defaults
 except StudyError as error:
     raise SystemExit(f"Error: {error}")
 
-from accelstudy.report.outputs import REPORT_FILES
+from accelstudy.report.outputs import PAGE_FILES, REPORT_FILES
 from accelstudy.site import check_profile
 from accelstudy.study import validate_study
 from accelstudy.targets import StudyTargets

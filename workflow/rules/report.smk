@@ -9,10 +9,7 @@ rule report:
     # update(): the last good report stays until this job succeeds, and is put back if it fails
     output:
         **{name: update(captioned(name)) for name in REPORT_FILES},
-        html=update(STUDY.output("report")),
-        markdown=update(f"{RESULTS}/report/report.md"),
-        records_csv=update(f"{RESULTS}/tables/records.csv"),
-        records_parquet=update(f"{RESULTS}/tables/records.parquet"),
+        **{name: update(f"{RESULTS}/{path}") for name, path in PAGE_FILES.items()},
     log:
         STUDY.log("report"),
     benchmark:
@@ -22,7 +19,7 @@ rule report:
     params:
         study=config["study"],
         system=config["system"],
-        results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.html)),
+        results=RESULTS,
         calibration=json.dumps(
             {t: PTQ["calibration_limit"].get(t) for t in STUDY.ptq_tasks}
         ),

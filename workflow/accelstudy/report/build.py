@@ -34,7 +34,7 @@ def build_report(
     results_dir, record_paths = Path(results_dir), list(record_paths)
     every = collect_records(record_paths)  # sacct's figures: this site's own jobs
     every = with_scheduler_figures(every, accounting.query(every["slurm_job"]))
-    write_records(every, results_dir / "tables", results_dir)
+    write_records(every, results_dir, results_dir)
     records = every[every["system"] == system] if system else every
     by_system = every.pivot_table("record", "system", "stage", "size", fill_value=0).reset_index()
     measured = results_dir / system if system else results_dir
@@ -55,4 +55,4 @@ def build_report(
         sections.append(Section("Records by system", note, by_system))
     commits = ", ".join(sorted(records["git_commit"].unique()))
     intro = f"{len(records)} result records; code {commits}."
-    return write_pages(f"accelstudy report: {study}", intro, sections, results_dir / "report")
+    return write_pages(f"accelstudy report: {study}", intro, sections, results_dir)

@@ -283,7 +283,7 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
             paired_ci95_low=("ci95_low", "min"), paired_ci95_high=("ci95_high", "max"),
         )  # fmt: skip
         ratio = ratio.join(summary, on=["part", "quantity", "system"])
-    write_records(records, out / "tables")
+    write_records(records, out)
     tables = dict(matched=matched[PROVENANCE], left_out=left_out, ratios=ratio, paired=paired)
     for name, table in tables.items():
         write_csv(table, out / "tables" / f"{name}.csv")
@@ -302,4 +302,4 @@ def compare(runs: Iterable[str | Path], out: Path, reference: str | None = None)
     ]
     counts = f"{len(matched)} matched, {len(left_out)} left out"
     intro = f"{len(records)} records from {len(sites)} runs; {counts}."
-    return write_pages("accelstudy comparison across systems", intro, sections, out / "report")
+    return write_pages("accelstudy comparison across systems", intro, sections, out)

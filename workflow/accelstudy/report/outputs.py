@@ -23,6 +23,11 @@ REPORT_FILES: dict[str, tuple[str, str]] = {
 }
 
 
+# the report's other files: its pages and every record (uncaptioned), under results/<study>
+PAGE_FILES = {"html": "report/index.html", "markdown": "report/report.md"}
+PAGE_FILES |= {"records_csv": "tables/records.csv", "records_parquet": "tables/records.parquet"}
+
+
 def output(results_dir: Path, name: str) -> Path:
     """Where the output `name` of a study's report goes."""
     return Path(results_dir) / REPORT_FILES[name][0]

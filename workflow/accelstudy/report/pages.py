@@ -11,9 +11,10 @@ import yaml
 
 from accelstudy.files import atomic_open
 from accelstudy.kinds import KINDS
+from accelstudy.report.outputs import PAGE_FILES
 
 NOTES = yaml.safe_load(Path(__file__).with_name("notes.yaml").read_text())  # the prose
-RECORDS = "All records: `tables/records.csv`, `tables/records.parquet`."
+RECORDS = f"All records: `{PAGE_FILES['records_csv']}`, `{PAGE_FILES['records_parquet']}`."
 STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}
 .note{background:#fff6d5;padding:8px}.wide{overflow-x:auto;max-width:100%}
@@ -144,15 +145,16 @@ def write_csv(frame: pd.DataFrame, path: Path, root: str | Path | None = None) -
         relative_records(frame, root).to_csv(handle, index=False)
 
 
-def write_records(records: pd.DataFrame, folder: Path, root: str | Path | None = None) -> None:
-    """Every record's row as CSV and Parquet, its path relative to `root` (or its run)."""
-    write_csv(records, folder / "records.csv", root)
-    with atomic_open(folder / "records.parquet", "wb") as handle:
+def write_records(records: pd.DataFrame, out: Path, root: str | Path | None = None) -> None:
+    """Every record's row as CSV and Parquet under `out`, its path relative to `root` (or its
+    run)."""
+    write_csv(records, out / PAGE_FILES["records_csv"], root)
+    with atomic_open(out / PAGE_FILES["records_parquet"], "wb") as handle:
         relative_records(records, root).to_parquet(handle, index=False)
 
 
-def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir: Path) -> Path:
-    """index.html and report.md of the sections; return index.html."""
+def write_pages(title: str, intro: str, sections: Sequence[Section], out: Path) -> Path:
+    """index.html and report.md of the sections under `out`; return index.html."""
     head = [f"# {_markdown_text(title)}", _markdown_text(intro)]
     found = [s.finding for s in sections if s.finding]
     summary = "\n".join(f"- {_markdown_text(f)}" for f in found)
@@ -174,10 +176,10 @@ def write_pages(title: str, intro: str, sections: Sequence[Section], report_dir:
 {said}
 <nav><strong>Contents</strong><ol>{links}</ol></nav>
 {body}
-<p>All records: <code>tables/records.csv</code>, <code>tables/records.parquet</code>.</p>
+<p>{html.escape(RECORDS.replace("`", ""))}</p>
 </body></html>
 """
-    for name, text in (("report.md", markdown + "\n"), ("index.html", page)):
-        with atomic_open(report_dir / name) as handle:
+    for name, text in (("markdown", markdown + "\n"), ("html", page)):
+        with atomic_open(out / PAGE_FILES[name]) as handle:
             handle.write(text)
-    return report_dir / "index.html"
+    return out / PAGE_FILES["html"]
