@@ -84,11 +84,11 @@ def test_a_program_collects_nothing_of_its_imports():
         assert not gc.isenabled()
         timeline.imported()
         assert gc.isenabled() and gc.get_freeze_count() > 0
-        assert timeline.SPENT["imports"] > 0
+        assert timeline.current().spent["imports"] > 0
     finally:
         gc.unfreeze()
         gc.enable()
-        timeline.SPENT.pop("imports", None)
+        timeline.current().spent.pop("imports", None)
 
 
 MISTAKES = [  # (argv, what the one line says): each a user's mistake, none a traceback

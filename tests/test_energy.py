@@ -36,10 +36,8 @@ def fake_library(monkeypatch, name: str, prefix: str, readings: dict[str, list[i
 @pytest.fixture(autouse=True)
 def no_rapl(monkeypatch, tmp_path):
     monkeypatch.setattr(energy, "RAPL", tmp_path / "no-powercap")
-    timeline.MARKS.clear()
+    timeline.begin_job()  # each test's marks and listeners its own
     yield
-    timeline.MARKS.clear()
-    timeline.LISTENERS.clear()
 
 
 def test_nvml_windows_in_joules_through_cuda_visible_devices(monkeypatch):

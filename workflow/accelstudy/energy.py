@@ -151,7 +151,8 @@ class EnergyMeter:
             )
         self.why_not = "; ".join(why_not.values())
         self.readings = {"start": self.read()}
-        timeline.LISTENERS["energy"] = self.on_mark
+        self.timeline = timeline.current()  # the running job's
+        self.timeline.listeners["energy"] = self.on_mark
 
     def read(self) -> tuple[float, dict[str, list[float]]]:
         """Every counter now; one that fails makes the energy invalid, never the job fail."""
@@ -162,13 +163,13 @@ class EnergyMeter:
         return time.perf_counter(), values
 
     def on_mark(self, phase: str) -> None:
-        if phase in ("measured", "done"):
+        if phase in (timeline.Mark.MEASURED, timeline.Mark.DONE):
             self.readings.setdefault(phase, self.read())
 
     def stop(self) -> dict[str, Any]:
         """Joules per source over the job and over its measured window, and their seconds."""
         self.readings["end"] = self.read()
-        timeline.LISTENERS.pop("energy", None)
+        self.timeline.listeners.pop("energy", None)
         for counter in (c for reads in self.counters.values() for c in reads):
             getattr(counter, "close", lambda: None)()
         if not self.counters:

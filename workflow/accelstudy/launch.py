@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelstudy import timeline
 from accelstudy.cost import Allocation, allocation
 from accelstudy.device import Device
 from accelstudy.errors import StudyError
@@ -152,9 +151,7 @@ class PointJob(Job):
         finally:
             result.unlink(missing_ok=True)
         self.rank_hosts, self.energy = outcome.get("rank_hosts", []), outcome.get("energy")
-        timeline.MARKS.update(outcome.get("timeline", {}))  # rank 0's marks and phases
-        # a rank in this process spent its phases in this process's own (no second count)
-        timeline.RANK_PHASES.update({} if alone else outcome.get("phases", {}))
+        self.clock.take_ranks(outcome, alone)  # rank 0's marks and phases
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = Device(outcome["device"], self.system.label)

@@ -99,7 +99,8 @@ def run(point: Point, out: Path, work: Callable[[Device], Measured], summarise: 
     if rank == 0:
         measurements, hosts, energies = map(list, zip(*measured, strict=True))
         result = {**summarise(measurements), "rank_hosts": hosts, "energy": combine(energies)}
-        write_result(out, "ok", result | {"timeline": timeline.MARKS, "phases": timeline.phases()})
+        marks, phases = timeline.current().marks, timeline.phases()
+        write_result(out, "ok", result | {"timeline": marks, "phases": phases})
     if torch.distributed.is_initialized():
         # leave together: a rank that tears gloo down while a peer still talks aborts it
         torch.distributed.barrier()

@@ -99,7 +99,11 @@ def scheduler_context(environ: Mapping[str, str] = os.environ) -> dict[str, str]
     return {"kind": "local"}
 
 
-def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: float) -> dict:
+def provenance(
+    config_hash: str, device_name: str, device_kind: str, wall_s: float, clock: Any = None
+) -> dict:
+    """Where and with what a record was measured; `clock`: its job's timeline (else the one
+    running now)."""
     import torch
 
     node = {"host": platform.node(), "machine": platform.machine(), "cpu_count": os.cpu_count()}
@@ -119,7 +123,7 @@ def provenance(config_hash: str, device_name: str, device_kind: str, wall_s: flo
         "scheduler": scheduler_context(),
         "wall_time_s": round(wall_s, 3),
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "timeline": timeline.since_start(),
+        "timeline": (clock or timeline.current()).since_start(),
     }
 
 
@@ -196,6 +200,7 @@ class Job:
     params_digest: str | None = None  # its rule's (targets.measuring_params): written in the record
     started: float = field(init=False, repr=False, default_factory=time.perf_counter)
     meter: Any = field(init=False, repr=False, default=None)  # an in-process job's EnergyMeter
+    clock: timeline.Timeline = field(init=False, repr=False)  # its start-up phases and marks
     energy: dict[str, Any] | None = field(init=False, default=None)  # else its ranks' (combined)
     compute: dict[str, Any] = field(init=False, default_factory=dict)  # the dtype that ran, why
 
@@ -205,7 +210,7 @@ class Job:
         return cls(system=load_system(system) if isinstance(system, str) else system, **flags)
 
     def __post_init__(self) -> None:
-        timeline.begin_job()  # this job's phases, not an earlier job's in the same process
+        self.clock = timeline.begin_job()  # its own, not an earlier job's in this process
 
     def ranks_and_threads(self) -> tuple[int, int]:
         """What computed: this process's cards (one) or torch threads."""
@@ -274,7 +279,7 @@ class Job:
         config = config_hash(measured.parameters if measured.hashed is None else measured.hashed)
 
         def where() -> dict[str, Any]:
-            facts = provenance(config, self.device.name(), self.device.kind, wall_s)
+            facts = provenance(config, self.device.name(), self.device.kind, wall_s, self.clock)
             return facts | {"system": self.system.facts()}
 
         record["provenance"] = after_measurement(where, config_hash=config, wall_time_s=wall_s)
