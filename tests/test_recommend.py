@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import json
+
 import pandas as pd
 import pytest
 import yaml
@@ -134,3 +137,14 @@ def test_recommend_answers_from_the_planner_alone(capsys):
     heads = [line.split(" on voyager: ")[0] for line in capsys.readouterr().out.splitlines()]
     models = yaml.safe_load(PAPER.read_text())["finetune"]["models"]
     assert [h for h in heads if h in models] == models and len(models) == 3
+    # as data: every model's fit map, rule, forecast and choices (json); the fit maps (csv)
+    assert cli.main(["recommend", "--system", "voyager", "--format", "json"]) == 0
+    told = json.loads(capsys.readouterr().out)
+    assert told["system"] == "voyager" and list(told["models"]) == models
+    fits = told["models"]["llama-3.3-70b-instruct"]["fits"]
+    assert {"strategy", "cards", "card_gb", "held_out_for"} <= set(fits[0])
+    assert cli.main(["recommend", "--system", "voyager", "--format", "csv"]) == 0
+    rows = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(dict.fromkeys(rows["model"])) == models and len(rows) == sum(
+        len(part["fits"]) for part in told["models"].values()
+    )

@@ -252,7 +252,10 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
          ("configfile", {"default": PAPER, "required": False,  # the installed copy's too
                          "help": "the study (default: the published one, config/paper.yaml)"}),
          ("results", {"type": Path, "nargs": "*", "default": [],
-                      "help": "results/<study> folders whose measurements to use"})]),
+                      "help": "results/<study> folders whose measurements to use"}),
+         ("format", {"choices": ["table", "csv", "json"], "default": "table",
+                     "help": "table: per model, its summary first; csv: every point's fit map; "
+                             "json: all"})]),
     "prepare-dust": ("dust images from PySM3, paired high/low-res", "data.dust:prepare_dust",
         [("spec", {"type": _spec("diffusion.data"), "help": "the diffusion.data config entry"}),
          "seed",

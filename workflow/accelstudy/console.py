@@ -238,11 +238,29 @@ def print_time(
 
 
 def print_recommendation(
-    model: str | None, system: str, configfile: Path, results: list[Path]
+    model: str | None, system: str, configfile: Path, results: list[Path], format: str = "table"
 ) -> None:
     """`accelstudy recommend`: per model (default: each the study fine-tunes), the fit map, the
-    choices (measured, else predicted), the rule, each fitting point's forecast."""
+    choices (measured, else predicted), the rule, each fitting point's forecast; csv: every
+    point's fit map row; json: each model's parts as records."""
+    import pandas as pd
+
+    from accelstudy.report.recommend import choices, recommendation, sharding_rule
+
     models = [model] if model else read_config(configfile)["finetune"]["models"]
+    if format != "table":
+        parts: dict[str, dict[str, Any]] = {}
+        for name in models:
+            fits, points, told = recommendation(name, system, configfile, results)
+            shown = {"fits": fits, "rule": sharding_rule(fits, points), "forecast": told}
+            shown["choices"] = choices(points) if not points.empty else pd.DataFrame()
+            parts[name] = {key: frame.to_dict(orient="records") for key, frame in shown.items()}
+        if format == "json":
+            print(json.dumps({"system": system, "models": parts}, indent=1, default=str))
+            return
+        rows = [row | {"model": name} for name, part in parts.items() for row in part["fits"]]
+        print(pd.DataFrame(rows).to_csv(index=False), end="")
+        return
     for number, name in enumerate(models):
         print("" if number == 0 else "\n", end="")
         recommend_one(name, system, configfile, results)
