@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 from accelstudy.records import provenance, write_record
-from accelstudy.report import finetuning, superresolution
+from accelstudy.report import finetuning, quantization, superresolution
 from accelstudy.report.build import build_report
 from accelstudy.report.collect import collect_records, flatten
 from accelstudy.report.quantization import (
@@ -391,7 +392,7 @@ def test_report_has_every_table_and_figure(study):
     figures = inputs["results_dir"] / "report" / "figures"
     for name in ("baseline.png", "sensitivity.png", "tradeoff.png"):
         assert (figures / name).stat().st_size > 20_000, name
-    page = index.read_text()
+    page = index.read_text()  # no per-item results: no forest plot of the paired comparisons
     assert page.count("<table") == 4 and page.count("<img") == 3  # + quantized vs baseline
     # no pivot's columns name leaks into Table 1 as an empty first column headed "column"
     assert "<th>column</th>" not in page and "<th></th>" not in page
@@ -809,6 +810,21 @@ def test_time_tables_join_benchmarks_and_timelines(tmp_path):
         pd.isna(by_rule.loc["cluster", "startup_s"])
         and by_rule.loc["cluster", "startup_share"] == "-"
     )
+    # as stacked bars: each phase, the start-up no phase names, the work, the rest of the job
+    from accelstudy.report.timing import time_figure
+
+    ax = time_figure(rules).axes[0]
+    rows = [t.get_text() for t in ax.get_yticklabels()]  # bottom up
+    widths = {c.get_label(): dict(zip(rows, (r.get_width() for r in c), strict=True))
+              for c in ax.containers}  # fmt: skip
+    base = by_rule.loc["baseline"]
+    assert widths["imports"]["baseline"] == base["imports_s"] == 6.0  # both of its jobs'
+    named = base[["imports_s", "device_s", "model_s", "data_s"]].sum()
+    assert widths["other start-up"]["baseline"] == pytest.approx(base["startup_s"] - named)
+    assert widths["measured work"]["baseline"] == base["measured_s"]
+    timed = base["startup_s"] + base["measured_s"]
+    assert widths["rest of the job"]["baseline"] == max(0, base["wall_s"] - timed) == 0
+    assert widths["rest of the job"]["cluster"] == 1.0 and widths["imports"]["cluster"] == 0
 
 
 def test_record_text_is_text_in_figures_and_both_pages(tmp_path):
@@ -833,3 +849,28 @@ def test_sensitivity_ties_are_said_where_the_tie_break_set_bits():
     same_bits = frame.assign(bits=["8", "8", "8", "16", "4"])  # tied, but the tie-break moved none
     assert "0 of them got their bits" in ties_note(same_bits)
     assert ties_note(frame.assign(score=[0.1, 0.2, 0.3, 0.5, 0.25])) == ""  # no tie: nothing
+
+
+def test_the_paired_comparisons_as_a_forest_plot():
+    """A panel per task and metric; each quantized number at its difference with its 95%
+    interval (hollow where too few items gave none); red where it differs, a line at zero."""
+    from matplotlib.colors import to_rgba
+
+    rows = [("boolq", "accuracy %", "[8,4,4]", -12.5, -37.6, 14.4, "cannot be told from zero"),
+            ("boolq", "accuracy %", "[16,8,4]", -30.0, -45.0, -15.0, "differs"),
+            ("wikitext", "perplexity", "[8,4,4]", 3.45, np.nan, np.nan, "cannot be told from zero")]  # fmt: skip
+    columns = ["task", "metric", "quantized", "difference", "ci95_low", "ci95_high", "verdict"]
+    versus = pd.DataFrame(rows, columns=columns).assign(model="m")
+    fig = quantization.versus_figure(versus)
+    assert [ax.get_title() for ax in fig.axes] == ["boolq: accuracy %", "wikitext: perplexity"]
+    boolq = fig.axes[0]
+    labels = [t.get_text() for t in boolq.get_yticklabels()]
+    assert labels == ["[16,8,4]", "[8,4,4]"]  # bottom up: the table's first row on top
+    dots = {line.get_ydata()[0]: line for line in boolq.lines if line.get_marker() == "o"}
+    assert dots[1].get_xdata()[0] == -12.5 and dots[0].get_xdata()[0] == -30.0
+    assert to_rgba(dots[0].get_color()) == to_rgba("tab:red")  # differs
+    assert to_rgba(dots[1].get_color()) == to_rgba("tab:grey")
+    assert any(list(line.get_xdata()) == [0, 0] for line in boolq.lines)  # the zero line
+    (wikitext,) = [line for line in fig.axes[1].lines if line.get_marker() == "o"]
+    assert to_rgba(wikitext.get_markerfacecolor()) == to_rgba("white")  # no interval
+    plt.close(fig)

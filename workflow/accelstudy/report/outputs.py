@@ -9,6 +9,7 @@ REPORT_FILES: dict[str, tuple[str, str]] = {
     "table1": ("tables/table1.csv", "PTQ"),
     "table1_published": ("tables/table1_published.csv", "PTQ"),
     "fig1": ("report/figures/sensitivity.png", "PTQ"),
+    "versus_figure": ("report/figures/versus.png", "PTQ"),
     "tradeoff": ("report/figures/tradeoff.png", "PTQ"),
     "finetune_table": ("tables/finetune.csv", "Fine-tuning"),
     "fig2a": ("report/figures/finetune_scaling.png", "Fine-tuning"),
@@ -19,6 +20,7 @@ REPORT_FILES: dict[str, tuple[str, str]] = {
     "utilization": ("tables/utilization.csv", "Fraction of peak"),
     "time_rules": ("tables/time_rules.csv", "Time"),
     "time_jobs": ("tables/time_jobs.csv", "Time"),
+    "time_figure": ("report/figures/time.png", "Time"),
     "forecast_judged": ("tables/forecast_judged.csv", "Time"),
 }
 

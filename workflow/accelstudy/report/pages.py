@@ -57,7 +57,7 @@ class Section:
         title, note = _markdown_text(self.title), _markdown_text(self.note)
         image = self.figure and f"![{title}](figures/{self.figure})"
         return "\n\n".join(
-            p for p in [f"## {title}", note, _markdown_text(same), table, image] if p
+            p for p in [f"## {title}", note, image, _markdown_text(same), table] if p
         )
 
     def to_html(self) -> str:
@@ -72,7 +72,7 @@ class Section:
         src, alt = html.escape(f"figures/{self.figure}"), html.escape(self.title)
         image = self.figure and f'<img src="{src}" alt="{alt}">'
         heading = f'<h2 id="{self.anchor}">{alt}</h2>'
-        return "\n".join(p for p in [heading, note, same, table, image] if p)
+        return "\n".join(p for p in [heading, note, image, same, table] if p)  # the figure first
 
 
 def slug(title: str) -> str:

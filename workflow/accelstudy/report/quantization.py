@@ -408,6 +408,34 @@ def tradeoff_figure(points: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def versus_figure(versus: pd.DataFrame) -> plt.Figure:
+    """The paired comparisons as a forest plot: each quantized number's difference from its
+    baseline's on the same items with its 95% interval (hollow: too few items for one), a panel
+    per task and metric, a line at zero; red where it differs after Holm's correction."""
+    tested = versus.dropna(subset=["difference"])
+    panels = list(dict.fromkeys(zip(tested["task"], tested["metric"], strict=True)))
+    rows = max(len(tested[(tested["task"] == t) & (tested["metric"] == m)]) for t, m in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 0.35 * rows + 1.3))
+    for ax, (task, metric) in zip(getattr(axes, "flat", [axes]), panels, strict=True):
+        part = tested[(tested["task"] == task) & (tested["metric"] == metric)]
+        many = part["model"].nunique() > 1
+        for y, (_, row) in enumerate(part.iloc[::-1].iterrows()):
+            low, high = row["difference"] - row["ci95_low"], row["ci95_high"] - row["difference"]
+            colour = "tab:red" if row["verdict"] == "differs" else "tab:grey"
+            face = colour if pd.notna(low) else "white"  # hollow: too few items for an interval
+            ax.errorbar(row["difference"], y, xerr=[[low], [high]], fmt="o", c=colour, mfc=face,
+                        capsize=3)  # fmt: skip
+        labels = [
+            f"{r['model']} {r['quantized']}" if many else r["quantized"] for _, r in part.iterrows()
+        ]
+        ax.set_yticks(range(len(part)), labels[::-1], fontsize=8)
+        ax.axvline(0, c="black", lw=0.8)
+        ax.set_title(f"{task}: {metric}", fontsize=10)
+        ax.set_xlabel("quantized minus baseline, 95% interval", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def versus_finding(versus: pd.DataFrame) -> str:
     """The summary's line: how many quantized numbers differ from the baseline's."""
     verdicts = versus.get("verdict", pd.Series(dtype=str))
@@ -437,10 +465,12 @@ def told(versus: pd.DataFrame, records: pd.DataFrame) -> str:
                 )
     said = [NOTES["versus"].format(tests=tests, fewest=least)]
     said.append("; ".join(smallest_found or ["unknown"]) + ".")
-    for verdict in ("differs", "cannot be told from zero"):
-        named = versus[versus.get("verdict", pd.Series(dtype=str)) == verdict]
-        names = [f"{r['task']} {r['metric']} {r['quantized']}" for _, r in named.iterrows()]
-        said.append(f"{verdict.capitalize()}: {'; '.join(names) or 'none'}.")
+    verdicts = versus.get("verdict", pd.Series(dtype=str))
+    named = versus[verdicts == "differs"]  # the rest, each in the figure, counted
+    names = [f"{r['task']} {r['metric']} {r['quantized']}" for _, r in named.iterrows()]
+    said.append(f"Differs: {'; '.join(names) or 'none'}.")
+    unsure = int((verdicts == "cannot be told from zero").sum())
+    said.append(f"Cannot be told from zero: {unsure} of {len(versus)} (the figure).")
     return " ".join(said)
 
 
@@ -470,6 +500,8 @@ def sections(
         sensitive = sensitive[~sensitive["model"].isin(random)]
     empty = "no sensitivity tables in this study"
     draw(output(folder, "fig1"), empty, fig1, sensitive, calibration or {})
+    tested = versus.dropna(subset=["difference"]) if "difference" in versus else pd.DataFrame()
+    draw(output(folder, "versus_figure"), "no paired comparisons", versus_figure, tested)
     points = tradeoff_points(records, published, versus)
     draw(output(folder, "tradeoff"), "no quantized records in this study", tradeoff_figure, points)
     standin = NOTES["standin"] if (records["data"] == "stand-in").any() else ""
@@ -489,6 +521,7 @@ def sections(
             versus_title,
             told(versus, records),
             versus.drop(columns=["record", "key"]),
+            figure("versus_figure") if len(tested) else "",
             finding=versus_finding(versus),
         ),
         Section(PUBLISHED_TITLE, NOTES["published"], published_table),

@@ -4,11 +4,13 @@ beside each record's timeline (the start-up before its measured work, then the r
 from collections.abc import Iterable
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from accelstudy.files import read_json
 from accelstudy.layout import STAGE_RULE, job_of
-from accelstudy.report.outputs import output
+from accelstudy.report.figures import draw
+from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.timeline import STARTUP
 
@@ -73,6 +75,26 @@ def time_tables(
     return rules.round(1), jobs.sort_values(["rule", "job"], ignore_index=True).round(1)
 
 
+def time_figure(rules: pd.DataFrame) -> plt.Figure:
+    """Each rule's summed job time as a stacked bar: its start-up phases, the start-up no phase
+    names (a launcher, warm-up steps), its measured work, the rest of the job; a rule whose jobs
+    write no record, its whole wall time."""
+    parts = {f"{phase}": rules[f"{phase}_s"] for phase in STARTUP}
+    named = rules[PHASES].sum(axis=1, min_count=1)
+    parts["other start-up"] = rules["startup_s"] - named
+    parts["measured work"] = rules["measured_s"]
+    timed = rules[["startup_s", "measured_s"]].sum(axis=1, min_count=1)
+    parts["rest of the job"] = (rules["wall_s"] - timed).where(timed.notna(), rules["wall_s"])
+    shown = pd.DataFrame(parts).fillna(0).clip(lower=0).set_index(rules["rule"]).iloc[::-1]
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(shown) + 1.5))
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "0.8"]
+    shown.plot.barh(stacked=True, width=0.7, ax=ax, color=colours)
+    ax.set(xlabel="seconds, summed over the rule's jobs", ylabel="")
+    ax.legend(fontsize=8, ncol=4, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def startup_finding(rules: pd.DataFrame) -> str:
     """The summary's line: how much of each measuring rule's job time went before its work."""
     timed = rules[rules["startup_share"] != "-"]
@@ -93,11 +115,13 @@ def sections(
     rules, jobs = time_tables(record_paths, results_dir, measured) if ran else (RULES, JOBS)
     write_csv(rules, output(results_dir, "time_rules"))
     write_csv(jobs, output(results_dir, "time_jobs"))
+    draw(output(results_dir, "time_figure"), "no benchmark files", time_figure, rules)
     if not ran:
         return []
+    finding = startup_finding(rules)
     return [
         Section(
-            "Where the time went, per rule", NOTES["timing"], rules, finding=startup_finding(rules)
+            "Where the time went, per rule", NOTES["timing"], rules, figure("time_figure"), finding
         ),
         Section("Where the time went, per job", "", jobs),
     ]
