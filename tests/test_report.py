@@ -820,7 +820,9 @@ def test_time_tables_join_benchmarks_and_timelines(tmp_path):
     base = by_rule.loc["baseline"]
     assert widths["imports"]["baseline"] == base["imports_s"] == 6.0  # both of its jobs'
     named = base[["imports_s", "device_s", "model_s", "data_s"]].sum()
-    assert widths["other start-up"]["baseline"] == pytest.approx(base["startup_s"] - named)
+    assert widths["warm-up steps"]["baseline"] == base["warmup_s"] == 1.0  # ready to measured
+    other = base["startup_s"] - named - base["warmup_s"]
+    assert widths["other start-up"]["baseline"] == pytest.approx(other)
     assert widths["measured work"]["baseline"] == base["measured_s"]
     timed = base["startup_s"] + base["measured_s"]
     assert widths["rest of the job"]["baseline"] == max(0, base["wall_s"] - timed) == 0

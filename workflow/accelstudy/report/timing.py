@@ -3,6 +3,7 @@ beside each record's timeline (the start-up before its measured work, then the r
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -15,7 +16,7 @@ from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.timeline import STARTUP
 
 PHASES = [f"{phase}_s" for phase in STARTUP]  # imports, device, model, data
-TIMED = ["rule", "job", "startup_s", *PHASES, "measured_s"]
+TIMED = ["rule", "job", "startup_s", *PHASES, "warmup_s", "measured_s"]
 JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", *TIMED[2:]]
 JOBS = pd.DataFrame(columns=JOB)  # the tables of a study without benchmark files: no rows
 RULES = pd.DataFrame(columns=["rule", "jobs", *JOB[2:], "wall_share", "startup_share"])
@@ -36,7 +37,8 @@ def benchmarks(*roots: Path) -> pd.DataFrame:
 def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFrame:
     """A row per job: seconds from its process start to its first measured step (start-up:
     interpreter, imports, model and data, warm-up), the phases of it the job named (a launched
-    point's: its own and its rank 0's, one after the other), and from there to its record; a
+    point's: its own and its rank 0's, one after the other), its warm-up steps (from its model
+    and data ready to its first measured step), and from there to its record; a
     job writing several records (layout.COVERS), each record's (from the one before) summed."""
     rows = []
     for path in map(Path, record_paths):
@@ -45,6 +47,7 @@ def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFram
         if "end_s" not in times:
             continue  # a point that did not run, or a record from before timelines
         startup = times.get("measured_s", times.get("ready_s", times["end_s"]))
+        warmup = startup - times.get("ready_s", startup)  # its warm-up steps (a sweep point's)
         rule = STAGE_RULE.get(record["stage"], record["stage"])
         try:  # named as its benchmark is (accelstudy.layout)
             job = job_of(rule, path.resolve().relative_to(measured.resolve()))
@@ -52,7 +55,7 @@ def timelines(record_paths: Iterable[str | Path], measured: Path) -> pd.DataFram
             job = str(path.with_suffix(""))
         spent = pd.DataFrame([times.get("phases", {}), times.get("rank_phases", {})])
         phases = spent.reindex(columns=PHASES).sum(min_count=1)  # a phase neither timed: blank
-        rows.append([rule, job, startup, *phases, times["end_s"] - startup])
+        rows.append([rule, job, startup, *phases, warmup, times["end_s"] - startup])
     table = pd.DataFrame(rows, columns=TIMED)
     return table.groupby(["rule", "job"], as_index=False).sum(min_count=1)[TIMED]
 
@@ -76,18 +79,20 @@ def time_tables(
 
 
 def time_figure(rules: pd.DataFrame) -> plt.Figure:
-    """Each rule's summed job time as a stacked bar: its start-up phases, the start-up no phase
-    names (a launcher, warm-up steps), its measured work, the rest of the job; a rule whose jobs
-    write no record, its whole wall time."""
+    """Each rule's summed job time as a stacked bar: its start-up phases, its warm-up steps, the
+    start-up nothing names (the interpreter, planning, a launcher), its measured work, the rest
+    of the job; a rule whose jobs write no record, its whole wall time."""
     parts = {f"{phase}": rules[f"{phase}_s"] for phase in STARTUP}
     named = rules[PHASES].sum(axis=1, min_count=1)
-    parts["other start-up"] = rules["startup_s"] - named
+    parts["warm-up steps"] = rules["warmup_s"]
+    parts["other start-up"] = rules["startup_s"] - named - rules["warmup_s"].fillna(0)
     parts["measured work"] = rules["measured_s"]
     timed = rules[["startup_s", "measured_s"]].sum(axis=1, min_count=1)
     parts["rest of the job"] = (rules["wall_s"] - timed).where(timed.notna(), rules["wall_s"])
     shown = pd.DataFrame(parts).fillna(0).clip(lower=0).set_index(rules["rule"]).iloc[::-1]
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(shown) + 1.5))
-    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "0.8"]
+    colours: list[Any] = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:olive"]
+    colours += ["tab:purple", "tab:brown", "0.8"]
     shown.plot.barh(stacked=True, width=0.7, ax=ax, color=colours)
     ax.set(xlabel="seconds, summed over the rule's jobs", ylabel="")
     ax.legend(fontsize=8, ncol=4, loc="lower right")
@@ -96,10 +101,13 @@ def time_figure(rules: pd.DataFrame) -> plt.Figure:
 
 
 def startup_finding(rules: pd.DataFrame) -> str:
-    """The summary's line: how much of each measuring rule's job time went before its work."""
+    """The summary's line: how much of the study's summed job time, and of each measuring
+    rule's, went before its measured work."""
     timed = rules[rules["startup_share"] != "-"]
     said = [f"{r['startup_share']} of {r['rule']}'s" for _, r in timed.iterrows()]
-    return f"Start-up (imports, device, model, data): {', '.join(said)} job time." if said else ""
+    whole = _percent(rules["startup_s"].sum() / rules["wall_s"].sum())
+    return (f"Start-up (imports, device, model, data, warm-up): {whole} of all jobs' time; "
+            f"{', '.join(said)}." if said else "")  # fmt: skip
 
 
 def _percent(share: float) -> str:
