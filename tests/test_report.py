@@ -741,7 +741,7 @@ def test_report_with_diffusion(tmp_path):
     page = index.read_text()
     # the baseline and SR3 points tables, and the forecast judged on the timed SR3 records:
     # each point from the others, and the assumed rates beside the published minutes
-    assert page.count("<table") == 4 and page.count("<img") == 3
+    assert page.count("<table") == 4 and page.count("<img") == 4  # + the forecast's scatter
     assert "The forecast judged" in page and "diffusion: median error" in page
     markdown = (tmp_path / "results" / "report" / "report.md").read_text()
     assert "## Fig. 3: SR3 training time for fixed work against devices" in markdown
@@ -876,3 +876,22 @@ def test_the_paired_comparisons_as_a_forest_plot():
     (wikitext,) = [line for line in fig.axes[1].lines if line.get_marker() == "o"]
     assert to_rgba(wikitext.get_markerfacecolor()) == to_rgba("white")  # no interval
     plt.close(fig)
+
+
+def test_the_forecast_judged_as_a_scatter_against_y_equals_x():
+    """Each job at (measured, forecast), a colour per rule; the line forecast = measured."""
+    from accelstudy.report.estimates import judged_figure
+
+    table = pd.DataFrame({"rule": ["baseline", "finetune", "finetune"], "measured_s": [9.0, 20.0, 40.0],
+                          "forecast_s": [10.0, 24.0, np.nan]})  # fmt: skip
+    ax = judged_figure(table).axes[0]
+    dots = {
+        c.get_label(): c.get_offsets().tolist()
+        for c in ax.collections
+        if c.get_label() in set(table["rule"])
+    }
+    assert dots == {"baseline": [[9.0, 10.0]], "finetune": [[20.0, 24.0]]}  # no forecast: none
+    (line,) = [line for line in ax.lines if line.get_label() == "forecast = measured"]
+    assert list(line.get_xdata()) == list(line.get_ydata())
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    plt.close(ax.figure)

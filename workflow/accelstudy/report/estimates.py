@@ -9,14 +9,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from accelstudy.config import read_config
 from accelstudy.finetune.planner import plan_sweep
 from accelstudy.forecast import Seen, StudyEstimates, estimate, rows, seen_in, work_of
 from accelstudy.layout import StudyLayout, job_name
 from accelstudy.paths import PROJECT_ROOT, RESOURCES
-from accelstudy.report.outputs import output
+from accelstudy.report.figures import draw
+from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.systems import every_system, load_system
 
@@ -96,6 +99,25 @@ def summary(table: pd.DataFrame) -> str:
     return "; ".join(said)
 
 
+def judged_figure(table: pd.DataFrame) -> plt.Figure:
+    """Each job's forecast against what it measured, a colour per rule, log axes, y = x and
+    the +-25% band around it: a point above the line was forecast slower than it ran."""
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for rule, part in table.dropna(subset=["forecast_s"]).groupby("rule", sort=False):
+        ax.scatter(part["measured_s"], part["forecast_s"], label=str(rule), s=30, zorder=3)
+    ends = [table[["measured_s", "forecast_s"]].min().min() / 1.5]
+    ends.append(table[["measured_s", "forecast_s"]].max().max() * 1.5)
+    ax.plot(ends, ends, c="black", lw=0.8, label="forecast = measured")
+    ax.fill_between(ends, [e * 0.75 for e in ends], [e * 1.25 for e in ends], color="0.9", zorder=0)
+    ax.set(xscale="log", yscale="log", xlabel="measured, s", ylabel="forecast, s")
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers: the report draws text, not mathtext
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def sections(records: pd.DataFrame, results_dir: Path) -> list[Section]:
     """The forecast judged on this study's own jobs (the `forecast_judged` table, empty where
     there is no one system's records to judge)."""
@@ -103,11 +125,13 @@ def sections(records: pd.DataFrame, results_dir: Path) -> list[Section]:
     one = len(systems) == 1 and not records.empty
     table = judged(seen_in(records["record"]), load_system(systems[0])) if one else judged([], None)
     write_csv(table, output(results_dir, "forecast_judged"))
+    draw(output(results_dir, "forecast_figure"), "no records to judge", judged_figure, table)
     if table.empty:
         return []
     shown = table.assign(error=table["error"].map(lambda e: "-" if pd.isna(e) else f"{e:+.0%}"))
     return [Section("The forecast judged: each job beside what the others' records said",
-                    f"{NOTES['forecast']} {summary(table)}.", shown.drop(columns="basis").round(1)),
+                    f"{NOTES['forecast']} {summary(table)}.", shown.drop(columns="basis").round(1),
+                    figure("forecast_figure")),
             Section("The assumed rates judged: SR3 beside the published minutes",
                     NOTES["forecast_sr3"], sr3_judged())]  # fmt: skip
 

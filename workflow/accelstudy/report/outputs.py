@@ -22,6 +22,7 @@ REPORT_FILES: dict[str, tuple[str, str]] = {
     "time_jobs": ("tables/time_jobs.csv", "Time"),
     "time_figure": ("report/figures/time.png", "Time"),
     "forecast_judged": ("tables/forecast_judged.csv", "Time"),
+    "forecast_figure": ("report/figures/forecast.png", "Time"),
 }
 
 
