@@ -191,9 +191,9 @@ def test_where_the_time_went(study):
     phases = timed[["imports_s", "device_s", "model_s", "data_s"]]
     assert (timed["imports_s"] > 0.5).all() and phases.notna().all().all()
     assert (phases.sum(axis=1) <= timed["startup_s"] + 0.3).all()
-    # warm-up steps (a sweep point's, named apart from the phases) within the start-up too
-    points = timed[timed["rule"].isin(["finetune", "diffusion"])]
-    assert (points["warmup_s"] > 0).all() and (timed["warmup_s"] >= 0).all()
+    # warm-up steps (named apart from the phases; the tiny points' last under 0.1 s) within
+    # the start-up too
+    assert timed["warmup_s"].notna().all() and (timed["warmup_s"] >= 0).all()
     assert (phases.sum(axis=1) + timed["warmup_s"] <= timed["startup_s"] + 0.3).all()
     record = json.loads((study / "results/tiny/cpu/baseline/tiny/boolq/paper.json").read_text())
     times = record["provenance"]["timeline"]
