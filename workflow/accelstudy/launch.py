@@ -135,7 +135,7 @@ class PointJob(Job):
         environ = {"OMP_NUM_THREADS": str(self.rank_threads(cards))}
         environ |= hpu_env if KINDS[self.system.device].habana else {}
         environ[ENERGY_SOURCES] = ",".join(self.system.energy)
-        alone = self.in_process(cards)
+        alone, launched = self.in_process(cards), time.time()
         try:
             status = (
                 self._rank_here(module, argv, environ)
@@ -152,6 +152,8 @@ class PointJob(Job):
             result.unlink(missing_ok=True)
         self.rank_hosts, self.energy = outcome.get("rank_hosts", []), outcome.get("energy")
         self.clock.take_ranks(outcome, alone)  # rank 0's marks and phases
+        if not alone and "started" in outcome:  # the launcher: until rank 0's process began
+            self.clock.rank_phases["launcher_s"] = round(outcome["started"] - launched, 3)
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = Device(outcome["device"], self.system.label)

@@ -100,7 +100,8 @@ def run(point: Point, out: Path, work: Callable[[Device], Measured], summarise: 
         measurements, hosts, energies = map(list, zip(*measured, strict=True))
         result = {**summarise(measurements), "rank_hosts": hosts, "energy": combine(energies)}
         marks, phases = timeline.current().marks, timeline.phases()
-        write_result(out, "ok", result | {"timeline": marks, "phases": phases})
+        started = timeline.process_start()  # the launcher's end, for the job (launch.py)
+        write_result(out, "ok", result | {"timeline": marks, "phases": phases, "started": started})
     if torch.distributed.is_initialized():
         # leave together: a rank that tears gloo down while a peer still talks aborts it
         torch.distributed.barrier()

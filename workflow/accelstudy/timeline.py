@@ -22,6 +22,8 @@ class Phase(StrEnum):
     """The start-up phases, in the order they run (a record's `phases`: `<phase>_s`)."""
 
     IMPORTS = "imports"
+    PLAN = "plan"  # a launching job's own: its memory plan and checks before it launches
+    LAUNCHER = "launcher"  # from its launch to rank 0's process start (torchrun, mpirun, srun)
     DEVICE = "device"
     MODEL = "model"
     DATA = "data"

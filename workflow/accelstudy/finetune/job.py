@@ -8,6 +8,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
+from accelstudy import timeline
 from accelstudy.data.sources import describe_source, read_source
 from accelstudy.finetune.planner import HOST_REFUSED_PAST, fit_check, host_overflow, meta_model
 from accelstudy.flops import training_per_token
@@ -46,12 +47,14 @@ def run(
     asked, config = point, load_model_config(model_dir)
     point = point.replace(dtype=job.ranks_dtype(point.dtype, point.cards))
     # card memory the system file states none of: read from the card here, and recorded
-    card_gb, card_source = card_memory(job.system, job.ranks_device)
-    system = replace(job.system, memory_per_card_gb=card_gb)
-    metrics, over = fit_check(config, point, system, job.ranks_device, is_random(model_dir))
+    with timeline.phase("plan"):
+        card_gb, card_source = card_memory(job.system, job.ranks_device)
+        system = replace(job.system, memory_per_card_gb=card_gb)
+        metrics, over = fit_check(config, point, system, job.ranks_device, is_random(model_dir))
     on_cpu = card_gb is None and KINDS[job.system.device].host
     metrics["memory_per_card_source"] = "the node's RAM per rank" if on_cpu else card_source
-    reason = unsupported(point, config, job.ranks_device)
+    with timeline.phase("plan"):
+        reason = unsupported(point, config, job.ranks_device)
     if reason and point.on_unsupported != "record":
         raise PointFailed(f"{reason} (or set finetune.on_unsupported: record)")
     if reason:

@@ -15,7 +15,7 @@ from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.timeline import STARTUP
 
-PHASES = [f"{phase}_s" for phase in STARTUP]  # imports, device, model, data
+PHASES = [f"{phase}_s" for phase in STARTUP]  # imports, plan, launcher, device, model, data
 TIMED = ["rule", "job", "startup_s", *PHASES, "warmup_s", "measured_s"]
 JOB = ["rule", "job", "wall_s", "cpu_s", "max_rss_mib", *TIMED[2:]]
 JOBS = pd.DataFrame(columns=JOB)  # the tables of a study without benchmark files: no rows
@@ -91,8 +91,8 @@ def time_figure(rules: pd.DataFrame) -> plt.Figure:
     parts["rest of the job"] = (rules["wall_s"] - timed).where(timed.notna(), rules["wall_s"])
     shown = pd.DataFrame(parts).fillna(0).clip(lower=0).set_index(rules["rule"]).iloc[::-1]
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(shown) + 1.5))
-    colours: list[Any] = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:olive"]
-    colours += ["tab:purple", "tab:brown", "0.8"]
+    colours: list[Any] = ["tab:blue", "tab:cyan", "tab:pink", "tab:orange", "tab:green"]
+    colours += ["tab:red", "tab:olive", "tab:purple", "tab:brown", "0.8"]
     shown.plot.barh(stacked=True, width=0.7, ax=ax, color=colours)
     ax.set(xlabel="seconds, summed over the rule's jobs", ylabel="")
     ax.legend(fontsize=8, ncol=4, loc="lower right")
@@ -106,7 +106,7 @@ def startup_finding(rules: pd.DataFrame) -> str:
     timed = rules[rules["startup_share"] != "-"]
     said = [f"{r['startup_share']} of {r['rule']}'s" for _, r in timed.iterrows()]
     whole = _percent(rules["startup_s"].sum() / rules["wall_s"].sum())
-    return (f"Start-up (imports, device, model, data, warm-up): {whole} of all jobs' time; "
+    return (f"Start-up (its phases and warm-up): {whole} of all jobs' time; "
             f"{', '.join(said)}." if said else "")  # fmt: skip
 
 
