@@ -19,7 +19,7 @@ rule report:
     params:
         study=config["study"],
         system=config["system"],
-        results=RESULTS,
+        results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.html)),
         calibration=json.dumps(
             {t: PTQ["calibration_limit"].get(t) for t in STUDY.ptq_tasks}
         ),
