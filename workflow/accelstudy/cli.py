@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from accelstudy import timeline
 from accelstudy.errors import StudyError, schema_error
-from accelstudy.kinds import KINDS
+from accelstudy.kinds import KINDS, kind_of
 from accelstudy.options import argument, filled, node
 from accelstudy.paths import PAPER
 from accelstudy.points import DiffusionPoint, FinetunePoint
@@ -136,9 +136,10 @@ def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -
 
 def _device(kind: str) -> str:
     """An argparse type: `auto` or a registered device kind (accelstudy.kinds), read as parsed."""
-    if kind != "auto" and kind not in KINDS:
-        raise argparse.ArgumentTypeError(f"'{kind}': expected auto or one of {', '.join(KINDS)}")
-    return kind
+    try:
+        return kind if kind == "auto" else kind_of(kind).name
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} or auto") from None
 
 
 # add_argument keywords of the options several subcommands share; a subcommand may amend them

@@ -4,6 +4,7 @@ import importlib
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,11 @@ def rendezvous_port(environ: Mapping[str, str] = os.environ) -> int:
     of one job agree), below Linux's ephemeral ports; else torch's default."""
     job = environ.get("SLURM_JOB_ID", "")
     return 20000 + int(job) % 10000 if job.isdigit() else RENDEZVOUS_PORT
+
+
+def node_name() -> str:
+    """Where this process runs: its SLURM node (several may share a host), else the host."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 ENERGY_SOURCES = "ACCELSTUDY_ENERGY_SOURCES"  # the system file's, for the ranks to require
@@ -151,9 +157,8 @@ class PointJob(Job):
         finally:
             result.unlink(missing_ok=True)
         self.rank_hosts, self.energy = outcome.get("rank_hosts", []), outcome.get("energy")
-        self.clock.take_ranks(outcome, alone)  # rank 0's marks and phases
-        if not alone and "started" in outcome:  # the launcher: until rank 0's process began
-            self.clock.rank_phases["launcher_s"] = round(outcome["started"] - launched, 3)
+        here = (outcome.get("rank_hosts") or [None])[0] == node_name()  # one clock: the launcher
+        self.clock.take_ranks(outcome, alone, launched if here else None)  # rank 0's marks, phases
         # a launcher host without cards (a Kubeflow MPIJob's) records the cards its ranks used
         if outcome.get("device", self.device.kind) != self.device.kind:
             self.device = Device(outcome["device"], self.system.label)

@@ -4,7 +4,6 @@ any other error writes nothing, so the scheduler's retry starts the point afresh
 import contextlib
 import logging
 import os
-import socket
 import sys
 import traceback
 from collections.abc import Callable, MutableMapping
@@ -18,7 +17,7 @@ from accelstudy.device import Device, resolve
 from accelstudy.energy import EnergyMeter, EnergySourceError, combine
 from accelstudy.files import write_json
 from accelstudy.kinds import KINDS
-from accelstudy.launch import ENERGY_SOURCES, rendezvous_port
+from accelstudy.launch import ENERGY_SOURCES, node_name, rendezvous_port
 from accelstudy.points import Point
 from accelstudy.records import package_versions, read_record
 
@@ -90,9 +89,7 @@ def run(point: Point, out: Path, work: Callable[[Device], Measured], summarise: 
             if read_record(out).get("status") == "does-not-fit":
                 return 0
         raise
-    # where this rank ran: its SLURM node (several may share a host), else the host
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    measured: list[Any] = [(local, node, meter.stop())]
+    measured: list[Any] = [(local, node_name(), meter.stop())]  # where this rank ran
     if torch.distributed.is_initialized():  # every rank's, once every rank has finished its work
         mine, measured = measured[0], [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(measured, mine)

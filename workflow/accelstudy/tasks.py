@@ -70,7 +70,8 @@ class TaskSpec:
     @property
     def tied(self) -> bool:
         """Its paper protocol records more than one tie rule (the report picks one per system)."""
-        return len(self.protocols.get("paper", ChoiceProtocol("", "", "", "", {})).ties) > 1
+        paper = self.protocols.get("paper")
+        return paper is not None and len(paper.ties) > 1
 
     @property
     def calibration_unit(self) -> str:

@@ -1,7 +1,7 @@
 """When a job's phases began, so the report can set the time before its measured work (process
 start, imports, loading the model and data, warm-up) beside the measured work itself; and the
 seconds each start-up phase took (imports, device, model, data), so slow starts have a name.
-A job owns its Timeline (Job.timeline); code deep inside it reaches the one running now through
+A job owns its Timeline (Job.clock); code deep inside it reaches the one running now through
 this module's functions."""
 
 import datetime as dt
@@ -93,11 +93,18 @@ class Timeline:
         spent = {f"{p}_s": round(self.spent[p], 3) for p in STARTUP if p in self.spent}
         return spent | ({"model_bytes": self.model_bytes} if self.model_bytes is not None else {})
 
-    def take_ranks(self, outcome: dict[str, Any], in_process: bool) -> None:
+    def take_ranks(
+        self, outcome: dict[str, Any], in_process: bool, launched: float | None = None
+    ) -> None:
         """A launched point's rank 0's marks and phases (none where this process was the rank:
-        it spent them in this process's own)."""
+        it spent them in this process's own) and, given when it `launched` (on rank 0's host,
+        whose clock its process start reads), the launcher's seconds."""
         self.marks.update({Mark(m): at for m, at in outcome.get("timeline", {}).items()})
-        self.rank_phases.update({} if in_process else outcome.get("phases", {}))
+        if in_process:
+            return
+        self.rank_phases.update(outcome.get("phases", {}))
+        if launched is not None and "started" in outcome:
+            self.rank_phases[f"{Phase.LAUNCHER}_s"] = round(outcome["started"] - launched, 3)
 
     def since_start(self) -> dict[str, Any]:
         """This job's start (its process's, what Snakemake started, for the first job a process

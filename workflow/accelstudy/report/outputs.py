@@ -3,6 +3,8 @@ workflow/report/<name>.rst), its path under results/<study> and its report categ
 
 from pathlib import Path
 
+from accelstudy.layout import OUTPUTS
+
 REPORT_FILES: dict[str, tuple[str, str]] = {
     "baseline_table": ("tables/baseline.csv", "Baseline"),
     "baseline_figure": ("report/figures/baseline.png", "Baseline"),
@@ -27,7 +29,8 @@ REPORT_FILES: dict[str, tuple[str, str]] = {
 
 
 # the report's other files: its pages and every record (uncaptioned), under results/<study>
-PAGE_FILES = {"html": "report/index.html", "markdown": "report/report.md"}
+PAGE_FILES = {"html": OUTPUTS["report"].removeprefix("{results}/")}  # the layout's page
+PAGE_FILES["markdown"] = str(Path(PAGE_FILES["html"]).with_name("report.md"))
 PAGE_FILES |= {"records_csv": "tables/records.csv", "records_parquet": "tables/records.parquet"}
 
 

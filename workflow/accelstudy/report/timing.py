@@ -80,8 +80,8 @@ def time_tables(
 
 def time_figure(rules: pd.DataFrame) -> plt.Figure:
     """Each rule's summed job time as a stacked bar: its start-up phases, its warm-up steps, the
-    start-up nothing names (the interpreter, planning, a launcher), its measured work, the rest
-    of the job; a rule whose jobs write no record, its whole wall time."""
+    start-up no phase names (such as the Trainer's set-up), its measured work, the rest of the
+    job; a rule whose jobs write no record, its whole wall time."""
     parts = {f"{phase}": rules[f"{phase}_s"] for phase in STARTUP}
     named = rules[PHASES].sum(axis=1, min_count=1)
     parts["warm-up steps"] = rules["warmup_s"]
