@@ -362,6 +362,43 @@ def test_quantized_eval_writes_a_record_per_recipe(recipe, tiny, tmp_path):
         assert "stand-in" in record["parameters"]["note"]
 
 
+def int8_everywhere(job, model, bits):
+    """A recipe of the test's own: INT8 groups in every decoder Linear, whatever the bits."""
+    from accelstudy.ptq.quantize import nvidia
+
+    model, stored, ratio, _ = nvidia(job, model, dict.fromkeys(bits, 8))
+    return model, stored, ratio, "INT8 in every decoder Linear"
+
+
+def test_a_recipe_registered_alone_is_quantized_recorded_and_reported(monkeypatch, tiny, tmp_path):
+    """One Recipe in accelstudy.recipes and nothing else: the quantize stage runs its function,
+    the record says so and the report's Table 1 heads its column by the recipe's label."""
+    from accelstudy import options, recipes
+    from accelstudy.ptq import weights
+    from accelstudy.records import read_record
+    from accelstudy.report.collect import collect_records
+    from accelstudy.report.quantization import table1
+
+    int8 = recipes.Recipe("int8", None, "INT8", f"{__name__}:int8_everywhere", (8,))
+    monkeypatch.setitem(recipes.RECIPES, "int8", int8)
+    options._schema.cache_clear()
+    try:
+        prepare_tiny(tiny, tmp_path)
+        assignment = {"bits": [16, 4], "method": "percentile", "layer_bits": {"0": 16, "1": 4}}
+        (tmp_path / "a.json").write_text(json.dumps(assignment))
+        quantize_tiny(tmp_path, "int8", limit=2)
+        record = read_record(tmp_path / "r.json")  # the record schema takes it
+        assert record["method"] == "int8 [16,4]" and record["parameters"]["recipe"] == "int8"
+        assert record["parameters"]["note"] == "INT8 in every decoder Linear"
+        expected = 32 / weights.bits_per_weight(8, 32)  # every Linear at 8 bits, groups of 32
+        assert record["metrics"]["compression_ratio"] == pytest.approx(expected, rel=1e-3)
+        assert 100 < record["metrics"]["perplexity"] < 2000
+        column = table1(collect_records([tmp_path / "r.json"]), ["[16,4]"]).columns
+        assert "INT8 [16,4]" in column
+    finally:
+        options._schema.cache_clear()
+
+
 def test_quantized_eval_computes_in_the_evaluation_dtype(tiny, tmp_path):
     """fake and nvidia compute in evaluation.dtype (the stored INT/FP16 weights stay stored);
     fp8 and bf16 in bfloat16; each record says which."""
