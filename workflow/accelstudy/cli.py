@@ -47,6 +47,8 @@ RUN_KEYS = {
     "quantize": ("recipe", "out", "items"),
 }
 RUN_CHOICES = {"task": TASKS, "protocol": PROTOCOLS}
+PATH_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError)
+PATH_ERRORS += (PermissionError,)
 
 
 def _runs(stage: str) -> Callable[[str], list[dict[str, Any]]]:
@@ -128,12 +130,6 @@ def _probe(threads: list[int]) -> None:
         print(f"{model}, {count} thread(s): {shown} GFLOP/s (GEMM probe, cached)")
 
 
-def _report(study: str, records: list[Path], results_dir: Path, **tables: Any) -> Path:
-    from accelstudy.report.build import build_report
-
-    return build_report(study, records, results_dir, **tables)
-
-
 def _device(kind: str) -> str:
     """An argparse type: `auto` or a registered device kind (accelstudy.kinds), read as parsed."""
     try:
@@ -179,9 +175,9 @@ COMMANDS: dict[str, tuple[str, str | Callable[..., Any], list[Option]]] = {
                    "help": "JSON list: each evaluation's task, protocol, data, data_source, "
                            "settings, limit, out (its record), items (per-item Parquet) and "
                            "optional params_digest"})]),
-    "report": ("collect records into tables, figures and the report", _report,
+    "report": ("collect records into tables, figures and the report", "report.build:build_report",
         ["study", ("system", {"help": "whose records the sections show", "required": False}),
-         ("records", {"type": Path, "nargs": "+", "required": True}),
+         ("records", {"type": Path, "nargs": "+", "required": True, "dest": "record_paths"}),
          ("sensitivity", {"type": Path, "nargs": "*", "default": [], "help": "gathered tables"}),
          ("assignments", {"type": Path, "nargs": "*", "default": [], "help": "bit assignments"}),
          ("calibration", {"type": _json, "default": {}, "help": "ptq.calibration_limit"}),
@@ -277,9 +273,6 @@ class Parser(argparse.ArgumentParser):
     """A bad command line as one line on stderr and exit status 2, as any bad input; no option
     abbreviated (`--config k=v` is never `--configfile`)."""
 
-    def __init__(self, **keywords: Any) -> None:
-        super().__init__(**{**keywords, "allow_abbrev": False})
-
     def error(self, message: str) -> NoReturn:
         if "--config" in message.split():
             message += "; only snakemake takes --config: put those keys in the --configfile file"
@@ -287,11 +280,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="accelstudy", description=__doc__)
+    parser = Parser(prog="accelstudy", description=__doc__, allow_abbrev=False)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     for command, (text, _, options) in COMMANDS.items():
-        p = sub.add_parser(command, help=text)
+        p = sub.add_parser(command, help=text, allow_abbrev=False)
         for option in options:
             name, amended = (option, {}) if isinstance(option, str) else option
             amended = argument(amended) if isinstance(amended, str) else amended
@@ -324,16 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     except StudyError as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except (
-        FileNotFoundError,
-        FileExistsError,
-        IsADirectoryError,
-        NotADirectoryError,
-        PermissionError,
-    ) as exc:  # a path given that names no readable (or makeable) file
-        print(
-            f"accelstudy {args.command}: error: {exc.strerror}: '{exc.filename}'", file=sys.stderr
-        )
+    except PATH_ERRORS as exc:  # a path given that names no readable (or makeable) file
+        problem = f"{exc.strerror}: '{exc.filename}'"
+        print(f"accelstudy {args.command}: error: {problem}", file=sys.stderr)
         return 2
     if argv is None:  # exiting: what the stage made is not worth a last collection either
         timeline.settled()

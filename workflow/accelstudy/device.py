@@ -17,15 +17,6 @@ from accelstudy.peak import cpu_model_and_flags
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def hpu_available() -> bool:
-    """True when Habana's PyTorch bridge is installed and sees a Gaudi card."""
-    if importlib.util.find_spec("habana_frameworks") is None:
-        return False
-    import habana_frameworks.torch.hpu as hthpu  # (its package registers the hpu device)
-
-    return bool(hthpu.is_available())
-
-
 def host_peak_rss() -> int:
     """VmHWM: Linux's ru_maxrss carries a forking parent's peak across exec."""
     status = Path("/proc/self/status")
@@ -96,8 +87,12 @@ def available(spec: DeviceKind) -> bool:
     """Whether this process sees a device of the kind (the host always)."""
     if spec.host:
         return True
-    if spec.habana:
-        return hpu_available()
+    if spec.habana:  # Habana's PyTorch bridge installed, and seeing a Gaudi card
+        if importlib.util.find_spec("habana_frameworks") is None:
+            return False
+        import habana_frameworks.torch.hpu as hthpu  # (its package registers the hpu device)
+
+        return bool(hthpu.is_available())
     module = getattr(torch, spec.torch_type, None)
     return bool(module is not None and module.is_available())
 

@@ -366,7 +366,8 @@ def estimate(
     if not family:  # the paper's figures for this accelerator and dtype, as records
         figures = published_figures() if published is None else published
         ours = (system.accelerator, work.family, work.dtype)
-        family = [f.seen for f in figures if (f.device, *_family_dtype(f.seen.work)) == ours]
+        family = [f.seen for f in figures
+                  if (f.device, f.seen.work.family, f.seen.work.dtype) == ours]  # fmt: skip
         told = f"published {system.accelerator} figure(s)"
     alike = [s for s in family if s.work.kind == work.kind]
     same = alike or family
@@ -400,10 +401,6 @@ def estimate(
         startup, tail, warm = float(assumed["startup_s"]) + _loading(work, assumed), 0.0, None
     work_s = (work.timed_flops + work.warm_flops * (warm or 1.0)) / rate
     return Estimate(work, (startup or 0.0) + (tail or 0.0) + work_s, rate, source, basis)
-
-
-def _family_dtype(work: Work) -> tuple[str, str]:
-    return work.family, work.dtype
 
 
 def _loading(work: Work, assumed: Mapping[str, str]) -> float:

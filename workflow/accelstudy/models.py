@@ -156,7 +156,7 @@ def load_prepared(
         raise ModelSourceError(f"'{path}' is not a prepared model directory (no config.json)")
     with timeline.phase("model"):
         model_class = causal_lm_class(path)
-        timeline.read_model_files(model_files(path))
+        timeline.current().read_model_files(model_files(path))
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         if random_source.is_random(path):  # no weights on disk: made there, in `dtype`
             made = random_source.build(path, device, **{DTYPE_KWARG: dtype or torch.float32})

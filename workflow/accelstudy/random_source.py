@@ -8,6 +8,7 @@ report keeps records of that source out of every quality table beside the publis
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from pathlib import Path
@@ -53,17 +54,13 @@ def synthetic_tokenizer(config: dict[str, Any]) -> PreTrainedTokenizerFast:
         reserved = {size - 1: f"<|special_{size - 1}|>"}
     pairs = ((a, b) for a in alphabet for b in alphabet)
     triples = ((a + b, c) for a in alphabet for b in alphabet for c in alphabet)
-    symbols, merges, free = list(alphabet), [], size - len(reserved) - len(alphabet)
+    symbols, free = list(alphabet), size - len(reserved) - len(alphabet)
     outside = sorted(i for i in reserved if not 0 <= i < size)
     if free < 0 or outside:
         why = f"special ids {outside} outside it" if outside else "fewer ids than 256 bytes"
         raise ModelSourceError(f"vocab_size {size} of this config: {why}")
-    for left, right in (p for _, p in zip(range(free), pairs, strict=False)):
-        symbols.append(left + right)
-        merges.append((left, right))
-    for left, right in (t for _, t in zip(range(free - len(merges)), triples, strict=False)):
-        symbols.append(left + right)
-        merges.append((left, right))
+    merges = list(itertools.islice(itertools.chain(pairs, triples), free))
+    symbols += [left + right for left, right in merges]
     ordinary = iter(symbols)
     vocab = {reserved[i] if i in reserved else next(ordinary): i for i in range(size)}
     tok = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=merges))

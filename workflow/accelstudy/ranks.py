@@ -96,7 +96,8 @@ def run(point: Point, out: Path, work: Callable[[Device], Measured], summarise: 
     if rank == 0:
         measurements, hosts, energies = map(list, zip(*measured, strict=True))
         result = {**summarise(measurements), "rank_hosts": hosts, "energy": combine(energies)}
-        marks, phases = timeline.current().marks, timeline.phases()
+        clock = timeline.current()
+        marks, phases = clock.marks, clock.phases()
         started = timeline.process_start()  # the launcher's end, for the job (launch.py)
         write_result(out, "ok", result | {"timeline": marks, "phases": phases, "started": started})
     if torch.distributed.is_initialized():

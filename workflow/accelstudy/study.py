@@ -9,7 +9,7 @@ from typing import Any
 from accelstudy.config import validate_config
 from accelstudy.data.dust import check_preset
 from accelstudy.data.sources import file_problem
-from accelstudy.errors import ConfigError, require
+from accelstudy.errors import require
 from accelstudy.files import read_yaml
 from accelstudy.forecast import decoder_sizes
 from accelstudy.points import FINETUNE_KEYS, FinetunePoint, diffusion_point
@@ -32,11 +32,7 @@ def validate_study(config: dict[str, Any], base_dir: Path | None = None) -> Syst
 
 def load_study(path: str | Path) -> dict[str, Any]:
     """Read a YAML study file and check it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file '{path}' does not exist")
-    config = read_yaml(path)
-    validate_study(config)
+    validate_study(config := read_yaml(path))
     return config
 
 

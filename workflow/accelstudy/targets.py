@@ -158,9 +158,6 @@ class StudyTargets(StudyLayout):
         """The point as the worker reads it: only the finetune keys a point depends on."""
         return points.finetune_point(self.config, w, self.path("prepare_instructions")).to_json()
 
-    def diffusion_point_json(self, w: Any) -> str:
-        return points.diffusion_point(self.config, w).to_json()
-
     # a measuring rule's params, and the digest its job writes into its record ------------------
     def measuring_params(self, rule: str) -> dict[str, Any]:
         """The params `rule` passes its job (values, or functions of the job's wildcards), with
@@ -205,7 +202,7 @@ class StudyTargets(StudyLayout):
             source = self.config["finetune"]["data"]["source"]
             return named | {"point": self.finetune_point_json, "source": source}
         if rule == "diffusion":
-            return named | {"point": self.diffusion_point_json}
+            return named | {"point": lambda w: points.diffusion_point(self.config, w).to_json()}
         raise ValueError(f"'{rule}' is not a measuring rule: {MEASURING}")
 
     def _made_under(self, rule: str) -> dict[str, Any]:

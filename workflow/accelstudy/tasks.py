@@ -113,7 +113,6 @@ TASKS: dict[str, TaskSpec] = {
                                       FIRST_INDEX)}),
     )
 }  # fmt: skip
-TASK_NAMES = tuple(TASKS)
 
 
 def relevant_settings(task: str, protocol: str, evaluation: dict) -> dict:

@@ -168,18 +168,6 @@ def mark(name: str) -> None:
     current().mark(name)
 
 
-def read_model_files(files: list[Path]) -> None:
-    current().read_model_files(files)
-
-
-def phases() -> dict[str, float | int]:
-    return current().phases()
-
-
-def since_start() -> dict[str, Any]:
-    return current().since_start()
-
-
 def process_start() -> float:
     """When this process started (epoch seconds): on Linux its start tick against /proc/uptime,
     both since boot (psutil's create_time adds a boot time in whole seconds: up to 1 s off)."""

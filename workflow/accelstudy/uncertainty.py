@@ -45,17 +45,14 @@ def ratio_metric(items: pd.DataFrame, metric: str, rows: np.ndarray | None = Non
     return value(top[rows].sum(axis=1) / bottom[rows].sum(axis=1))
 
 
-def _resamples(count: int) -> np.ndarray:
-    return np.random.default_rng(0).integers(0, count, (RESAMPLES, count))
-
-
 def stderrs(items: pd.DataFrame, metrics: dict[str, float]) -> dict[str, float]:
     """`<metric>_stderr` for every metric the items hold: accuracies by lm-eval's formula over
     their `correct_<metric>` columns, ratio metrics by the bootstrap (lm-eval gives them none)."""
     found = {m: mean_stderr(items[f"correct_{m}"]) for m in metrics if f"correct_{m}" in items}
     for m in metrics:  # a ratio metric's: its spread over resamples of the blocks or documents
         if m in RATIO_METRICS and RATIO_METRICS[_named(items, m)][0] in items:
-            found[m] = float(np.std(ratio_metric(items, m, _resamples(len(items))), ddof=1))
+            rows = np.random.default_rng(0).integers(0, len(items), (RESAMPLES, len(items)))
+            found[m] = float(np.std(ratio_metric(items, m, rows), ddof=1))
     return {f"{m}_stderr": round(v, 10) for m, v in found.items()}
 
 

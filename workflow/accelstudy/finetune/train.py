@@ -140,7 +140,7 @@ def load_model(
     # all ranks but under torch's FSDP, where rank 0 alone loads (RAM-efficient loading)
     alone = STRATEGIES[point.strategy].loads is Loads.RANK_ZERO and not KINDS[device_kind].habana
     if not alone or os.environ.get("RANK", "0") == "0":
-        timeline.read_model_files(model_files(Path(weights)))
+        timeline.current().read_model_files(model_files(Path(weights)))
         if random_source.is_random(Path(weights)):  # no weights on disk: made in the dtype
             model = random_source.build(Path(weights), rank_device(point, device_kind), **kwargs)
         else:
