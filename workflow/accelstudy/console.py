@@ -248,10 +248,10 @@ def print_recommendation(
     from accelstudy.report.recommend import choices, recommendation, sharding_rule
 
     models = [model] if model else read_config(configfile)["finetune"]["models"]
+    found = {name: recommendation(name, system, configfile, results) for name in models}
     if format != "table":
         parts: dict[str, dict[str, Any]] = {}
-        for name in models:
-            fits, points, told = recommendation(name, system, configfile, results)
+        for name, (fits, points, told) in found.items():
             shown = {"fits": fits, "rule": sharding_rule(fits, points), "forecast": told}
             shown["choices"] = choices(points) if not points.empty else pd.DataFrame()
             parts[name] = {key: frame.to_dict(orient="records") for key, frame in shown.items()}
@@ -261,15 +261,14 @@ def print_recommendation(
         rows = [row | {"model": name} for name, part in parts.items() for row in part["fits"]]
         print(pd.DataFrame(rows).to_csv(index=False), end="")
         return
-    for number, name in enumerate(models):
+    for number, (name, parts_of_one) in enumerate(found.items()):
         print("" if number == 0 else "\n", end="")
-        recommend_one(name, system, configfile, results)
+        recommend_one(name, system, *parts_of_one)
 
 
-def recommend_one(model: str, system: str, configfile: Path, results: list[Path]) -> None:
-    from accelstudy.report.recommend import choices, recommendation, sharding_rule
+def recommend_one(model: str, system: str, fits: Any, points: Any, told: Any) -> None:
+    from accelstudy.report.recommend import choices, sharding_rule
 
-    fits, points, told = recommendation(model, system, configfile, results)
     fit_map = fits[["strategy", "attention", "cards", "card_gb", "host_gb", "held_out_for"]]
     print(f"{model} on {system}: {(fits['held_out_for'] == '').sum()} of {len(fits)} points fit")
     print(fit_map.to_string(index=False, float_format="%.1f"))
