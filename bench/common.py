@@ -129,19 +129,20 @@ def launch_point(
     module: str | None = None,
     env: dict[str, str] | None = None,
 ) -> dict:
-    """One fine-tuning point (a FinetunePoint) through the launcher the pipeline uses, on
-    `threads` cores: its ranks' result (rank 0 writes it to `out`). `module`: the ranks' program
-    in place of the fine-tuning worker (one that runs it, instrumented), `env` added to theirs."""
-    from accelstudy import launch
+    """One fine-tuning point (a FinetunePoint) on `threads` cores, its ranks launched by the
+    pipeline's command with the environment a point's job gives them (launch.PointJob's), each
+    rank its own process (a job runs a one-card point's in its own, which would count this
+    bench's bytes as the rank's): their result, which rank 0 writes to `out`. `module`: the
+    ranks' program in place of the fine-tuning worker (one that runs it, instrumented), `env`
+    added to theirs."""
     from accelstudy.finetune.job import WORKER
-    from accelstudy.systems import load_system
+    from accelstudy.launch import PointJob, command
 
-    system = load_system(system_name)
+    job = PointJob.from_flags(study="bench", system=system_name, out=out, threads=threads)
     args = ["--point", spec.to_json(), "--model-dir", str(model_dir), "--out", str(out)]
-    # OMP threads per rank: the ranks share this run's threads, as the launcher splits them
-    env = (env or {}) | {"OMP_NUM_THREADS": str(max(1, threads // system.layout(spec.cards)[1]))}
-    command = launch.command(system, spec.cards, module or WORKER, args, spec.strategy)
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
+    env = {**os.environ, **job.rank_environ(spec.cards), **(env or {})}
+    line = command(job.system, spec.cards, module or WORKER, args, spec.strategy, threads)
+    done = subprocess.run(line, env=env, capture_output=True, text=True)
     if done.returncode or not out.is_file():
         raise SystemExit(f"{spec.strategy}/{spec.attention} failed:\n{done.stderr[-3000:]}")
     return json.loads(out.read_text())

@@ -132,15 +132,19 @@ class PointJob(Job):
         gaudi = KINDS[self.ranks_device].habana or KINDS[self.system.device].habana
         return cards == 1 and one_node and not gaudi
 
+    def rank_environ(self, cards: int, hpu_env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What the ranks get beside this process's environment: their share of the job's cores,
+        what Habana's bridge reads (on Gaudi), the energy counters to read."""
+        environ = {"OMP_NUM_THREADS": str(self.rank_threads(cards))}
+        environ |= (hpu_env or {}) if KINDS[self.system.device].habana else {}
+        return environ | {ENERGY_SOURCES: ",".join(self.system.energy)}
+
     def launch(
         self, cards: int, module: str, args: list[str], strategy: str = REPLICATED, **hpu_env: str
     ) -> dict[str, Any]:
         """The ranks' metrics and status, or PointFailed; `hpu_env`: what Habana's bridge reads."""
         result, self.cards = self.out.with_name(f".{self.out.stem}.ranks.json"), cards
-        argv = [*args, "--out", str(result)]
-        environ = {"OMP_NUM_THREADS": str(self.rank_threads(cards))}
-        environ |= hpu_env if KINDS[self.system.device].habana else {}
-        environ[ENERGY_SOURCES] = ",".join(self.system.energy)
+        argv, environ = [*args, "--out", str(result)], self.rank_environ(cards, hpu_env)
         alone, launched = self.in_process(cards), time.time()
         try:
             status = (
