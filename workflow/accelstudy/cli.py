@@ -47,8 +47,9 @@ RUN_KEYS = {
     "quantize": ("recipe", "out", "items"),
 }
 RUN_CHOICES = {"task": TASKS, "protocol": PROTOCOLS}
-PATH_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError)
-PATH_ERRORS += (PermissionError,)
+# a path given that names no readable (or makeable) file
+PATH_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+               PermissionError)  # fmt: skip
 
 
 def _runs(stage: str) -> Callable[[str], list[dict[str, Any]]]:
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     except StudyError as exc:
         print(f"accelstudy {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except PATH_ERRORS as exc:  # a path given that names no readable (or makeable) file
+    except PATH_ERRORS as exc:
         problem = f"{exc.strerror}: '{exc.filename}'"
         print(f"accelstudy {args.command}: error: {problem}", file=sys.stderr)
         return 2
