@@ -298,7 +298,7 @@ def test_a_strategy_registered_alone_trains_as_it_says(
     from tests.test_finetune_plan import assert_states_as_planned
 
     monkeypatch.setitem(strategies.STRATEGIES, ZERO2.name, ZERO2)
-    options._schema.cache_clear()
+    options._schema_of.cache_clear()
     monkeypatch.setattr(options, "_schema", options._schema.__wrapped__)  # unregistered after
     config = json.loads(json.dumps(TINY_CONFIG))
     config["finetune"]["strategies"] = ["ddp", "zero2"]

@@ -83,7 +83,7 @@ def test_a_recipe_registered_alone_reaches_the_schema_the_rules_and_table_1(monk
 
     sim = recipes.Recipe("int8-sim", None, "INT8 sim", "m:f", simulated=True, options=("bits",))
     monkeypatch.setitem(recipes.RECIPES, "int8-sim", sim)
-    options._schema.cache_clear()
+    options._schema_of.cache_clear()
     try:
         assert options.node("ptq.recipes")["items"]["enum"][-1] == "int8-sim"
         config = json.loads(json.dumps(TINY_CONFIG))
@@ -98,7 +98,7 @@ def test_a_recipe_registered_alone_reaches_the_schema_the_rules_and_table_1(monk
         _, quantized = quantization._quantized(records.assign(protocol=None))
         assert quantized["column"].tolist() == ["8-4", "FP16/INT8 8-4"]  # simulated: bits alone
     finally:
-        options._schema.cache_clear()
+        options._schema_of.cache_clear()
 
 
 def test_the_protocols_are_one_list(monkeypatch, capsys):
@@ -120,12 +120,12 @@ def test_the_protocols_are_one_list(monkeypatch, capsys):
     monkeypatch.setattr(tasks, "PROTOCOLS", (*tasks.PROTOCOLS, "helm"))
     monkeypatch.setattr(options, "PROTOCOLS", tasks.PROTOCOLS)
     monkeypatch.setattr(records, "PROTOCOLS", tasks.PROTOCOLS)
-    options._schema.cache_clear()
+    options._schema_of.cache_clear()
     try:
         assert options.node("tasks.*.protocols")["items"]["enum"][-1] == "helm"
         assert records.record_schema()["properties"]["protocol"]["enum"][-1] == "helm"
     finally:
-        options._schema.cache_clear()
+        options._schema_of.cache_clear()
     for schema in ("config", "record"):
         assert (
             "lm-eval" not in (ROOT / "workflow" / "schemas" / f"{schema}.schema.yaml").read_text()

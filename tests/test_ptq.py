@@ -381,7 +381,7 @@ def test_a_recipe_registered_alone_is_quantized_recorded_and_reported(monkeypatc
 
     int8 = recipes.Recipe("int8", None, "INT8", f"{__name__}:int8_everywhere", (8,))
     monkeypatch.setitem(recipes.RECIPES, "int8", int8)
-    options._schema.cache_clear()
+    options._schema_of.cache_clear()
     try:
         prepare_tiny(tiny, tmp_path)
         assignment = {"bits": [16, 4], "method": "percentile", "layer_bits": {"0": 16, "1": 4}}
@@ -396,7 +396,7 @@ def test_a_recipe_registered_alone_is_quantized_recorded_and_reported(monkeypatc
         column = table1(collect_records([tmp_path / "r.json"]), ["[16,4]"]).columns
         assert "INT8 [16,4]" in column
     finally:
-        options._schema.cache_clear()
+        options._schema_of.cache_clear()
 
 
 def test_quantized_eval_computes_in_the_evaluation_dtype(tiny, tmp_path):

@@ -6,6 +6,7 @@ protocols, quantizes and evaluates, and reaches the report's tables."""
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -55,20 +56,17 @@ def arc_registered(monkeypatch):
     from accelstudy import options, tasks
 
     monkeypatch.setitem(tasks.TASKS, ARC.name, ARC)
-    options._schema.cache_clear()
+    options._schema_of.cache_clear()
     yield
     monkeypatch.undo()
-    options._schema.cache_clear()
+    options._schema_of.cache_clear()
 
 
-def test_a_task_registered_alone_runs_through_every_stage(arc_registered, tmp_path):
+def test_a_task_registered_alone_is_a_config_key_and_prepares(arc_registered, tmp_path):
+    """Its paper-protocol length is a config key; its rows come from a local file or its
+    stand-in, each row checked by its spec (a bad one named by row, column and value)."""
     from accelstudy.config import validate_config
     from accelstudy.data.sources import DataSourceError, prepare_data
-    from accelstudy.evaluate.baseline import baseline
-    from accelstudy.models import save_prepared, tiny_random_llama
-    from accelstudy.ptq.quantize import quantize
-    from accelstudy.report.collect import collect_records
-    from accelstudy.report.quantization import baseline_table, load_published, table1
     from accelstudy.tasks import relevant_settings
 
     from tests.conftest import TINY_CONFIG
@@ -82,33 +80,52 @@ def test_a_task_registered_alone_runs_through_every_stage(arc_registered, tmp_pa
     assert evaluation["arc_easy_max_length"] == 256  # the spec's default, a config key
     settings = relevant_settings("arc_easy", "paper", evaluation | {"dtype": "float32"})
     assert settings == {"arc_easy_max_length": 256, "dtype": "float32"}
-
     data = tmp_path / "test.jsonl"
     prepare_data("arc_easy", {"source": "local", "files": {"test": str(file)}}, "test", data)
     prepare_data("arc_easy", {"source": "standin"}, "test", tmp_path / "standin.jsonl")
+    assert len(pd.read_json(tmp_path / "standin.jsonl", lines=True)) == 3
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(dict(ROWS[0], answerKey="Z")) + "\n")
     with pytest.raises(DataSourceError, match="row 1: column 'answerKey' value 'Z'"):
         prepare_data("arc_easy", {"source": "local", "files": {"test": str(bad)}}, "test", data)
 
-    save_prepared(*tiny_random_llama(layers=2), tmp_path / "model")
-    flags = {"study": "t", "system": "cpu", "model_name": "tiny", "model_dir": tmp_path / "model"}
-    flags |= {"task": "arc_easy", "data": data, "data_source": "local", "limit": None}
-    records = []
-    for protocol in ("paper", "lm-eval"):
-        run = {"settings": relevant_settings("arc_easy", protocol, evaluation)}
-        run |= {"out": tmp_path / f"{protocol}.json", "items": tmp_path / f"{protocol}.parquet"}
-        records.append(baseline(protocol=protocol, **flags, **run))
-        assert pd.read_parquet(run["items"])["gold"].tolist() == [1, 0, 4]
-    assert 0 <= records[0]["metrics"]["accuracy"] <= 1
-    assert "acc_norm" in records[1]["metrics"]  # lm-eval's sum scoring reports both
-    assignment = tmp_path / "assignment.json"
-    assignment.write_text(json.dumps({"bits": [8, 4], "method": "x", "layer_bits": {0: 8, 1: 4}}))
-    quantized = {"recipe": "fake", "assignment": assignment, "out": tmp_path / "q.json"}
-    quantized["items"] = tmp_path / "q.parquet"
-    settings = relevant_settings("arc_easy", "paper", evaluation)
-    records.append(quantize(**flags, settings=settings, **quantized))
 
-    frame = collect_records([tmp_path / "paper.json", tmp_path / "lm-eval.json", quantized["out"]])
-    assert set(baseline_table(frame, load_published())["task"]) == {"arc_easy"}
-    assert "arc_easy" in set(table1(frame, ["[8,4]"])["task"])
+PLUGIN = """from accelstudy.tasks import TASKS
+from tests.test_tasks import ARC
+
+TASKS[ARC.name] = ARC
+"""
+
+
+@pytest.mark.e2e
+def test_a_task_from_a_plugin_runs_through_the_tiny_study(tmp_path, monkeypatch):
+    """An installed distribution's `accelstudy.plugins` entry point registers the task in every
+    process (Snakemake's parse, each job): the tiny study evaluates it under both protocols,
+    scans and quantizes it, and the report's tables hold it."""
+    from tests.conftest import ROOT, TINY_CONFIG, snakemake
+
+    site = tmp_path / "site"
+    (site / "arc_plugin-0.dist-info").mkdir(parents=True)
+    (site / "arc_plugin.py").write_text(PLUGIN)
+    (site / "arc_plugin-0.dist-info" / "METADATA").write_text("Name: arc-plugin\nVersion: 0\n")
+    entry = "[accelstudy.plugins]\narc = arc_plugin\n"
+    (site / "arc_plugin-0.dist-info" / "entry_points.txt").write_text(entry)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))
+    file = tmp_path / "arc.jsonl"
+    file.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    config = json.loads(json.dumps(TINY_CONFIG))
+    files = {"test": str(file), "train": str(file)}
+    config["tasks"] = {"arc_easy": {"source": "local", "files": files}}
+    config["tasks"]["arc_easy"]["protocols"] = ["paper", "lm-eval"]
+    config["ptq"] |= {"tasks": ["arc_easy"], "calibration_limit": {"arc_easy": 3}, "chunks": 1}
+    config["ptq"]["bit_lists"] = [[8, 4]]
+    config["finetune"]["enabled"] = config["diffusion"]["enabled"] = False  # fmt: skip
+    result = snakemake(tmp_path, "--cores", "2", config=config)
+    assert result.returncode == 0, result.stderr[-3000:]
+    tables = tmp_path / "results" / "tiny" / "tables"
+    baseline = pd.read_csv(tables / "baseline.csv")
+    shown = baseline[["task", "protocol"]].drop_duplicates().sort_values("protocol")
+    assert shown.values.tolist() == [["arc_easy", "lm-eval"], ["arc_easy", "paper"]]
+    table1 = pd.read_csv(tables / "table1.csv")
+    assert set(table1["task"]) == {"arc_easy"}
+    assert {"[8,4]", "FP16/INT8 [8,4]"} <= set(table1.columns)

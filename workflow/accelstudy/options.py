@@ -15,8 +15,14 @@ from accelstudy.strategies import STRATEGIES
 from accelstudy.tasks import PROTOCOLS, TASKS
 
 
-@cache
 def _schema() -> dict[str, Any]:
+    """Built once per set of registered names: one added later (a plugin whose own imports read
+    the schema before it registered, a test's) rebuilds it."""
+    return _schema_of(tuple(TASKS), tuple(PROTOCOLS), tuple(RECIPES), tuple(STRATEGIES))
+
+
+@cache
+def _schema_of(*names: tuple[str, ...]) -> dict[str, Any]:
     require_project_files()  # read on import (the points' defaults): say where it looked
     loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
     ptq, names = loaded["properties"]["ptq"]["properties"], {"enum": list(TASKS)}
