@@ -289,7 +289,7 @@ def test_a_strategy_registered_alone_trains_as_it_says(
     """ZeRO-2 in the registry and nowhere else: a config and CLI choice and a report label, and
     trained on 2 ranks, DeepSpeed at stage 2: each rank holds the parameters whole, half the
     gradients (FP32 at the step) and half the FP32 master and Adam's states, as planned."""
-    from accelstudy import options, strategies
+    from accelstudy import strategies
     from accelstudy.cli import build_parser
     from accelstudy.config import validate_config
     from accelstudy.report.finetuning import finetune_runs
@@ -297,9 +297,8 @@ def test_a_strategy_registered_alone_trains_as_it_says(
     from tests.conftest import TINY_CONFIG
     from tests.test_finetune_plan import assert_states_as_planned
 
-    monkeypatch.setitem(strategies.STRATEGIES, ZERO2.name, ZERO2)
-    options._schema_of.cache_clear()
-    monkeypatch.setattr(options, "_schema", options._schema.__wrapped__)  # unregistered after
+    monkeypatch.setitem(strategies.STRATEGIES, ZERO2.name, ZERO2)  # the schema follows, and
+    # follows back when the test unregisters it (options._schema: per set of registered names)
     config = json.loads(json.dumps(TINY_CONFIG))
     config["finetune"]["strategies"] = ["ddp", "zero2"]
     assert validate_config(config)["finetune"]["strategies"] == ["ddp", "zero2"]
