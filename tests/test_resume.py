@@ -1,0 +1,73 @@
+"""A killed run resumes: its own file, so that pytest-xdist (--dist loadfile) can give it a
+worker of its own beside test_workflow.py's study."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import SNAKEMAKE, TINY_CONFIG
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_killed_run_resumes_without_losing_finished_work(tmp_path):
+    """SIGKILL the whole run mid-study; `--unlock` (a killed run keeps its lock) and the
+    same command (with the profiles' --rerun-incomplete) finish it, leaving every
+    already-finished record untouched. Its results folder is under a home (given as an
+    absolute path): no record, table or report names that home's user."""
+    import os
+    import signal
+    import time
+
+    config = json.loads(json.dumps(TINY_CONFIG))
+    for part in ("ptq", "diffusion"):
+        config[part]["enabled"] = False
+    config["finetune"]["repeats"] = 1  # a record that names its data file
+    # two baseline jobs (a model each, one task): one finished, one killed
+    config["tasks"] = {"wikitext": config["tasks"]["wikitext"]}
+    config["models"]["tiny-b"] = config["models"]["tiny"]
+    config["finetune"]["models"] = ["tiny"]
+    results = tmp_path / "home" / "ada-lovelace" / "results"
+    config["results_dir"] = str(results)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    cmd = [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile",
+           str(tmp_path / "config.yaml"), "--cores", "1", "--rerun-incomplete"]  # fmt: skip
+    baseline = results / "tiny" / "cpu" / "baseline"
+    logs = results / "tiny" / "cpu" / "logs" / "baseline"
+    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    # wait until one evaluation has finished and the next one is running
+    while time.monotonic() < deadline and run.poll() is None:
+        if len(list(baseline.rglob("*.json"))) == 1 and len(list(logs.rglob("*.log"))) == 2:
+            break
+        time.sleep(0.05)
+    assert run.poll() is None, "the run ended before it could be killed"
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    (finished,) = baseline.rglob("*.json")
+    stamp = finished.stat().st_mtime_ns
+    subprocess.run([*cmd, "--unlock"], check=True, capture_output=True, timeout=300)
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert len(list(baseline.rglob("*.json"))) == 2
+    assert finished.stat().st_mtime_ns == stamp  # not recomputed, not overwritten
+    assert (results / "tiny" / "report" / "index.html").is_file()
+    # records travel between sites: their paths are relative to the study's results folder
+    kept = [
+        p for p in (results / "tiny").rglob("*") if p.suffix in (".json", ".csv", ".md", ".html")
+    ]
+    kept = [p for p in kept if p.relative_to(results / "tiny").parts[1:2] != ("logs",)]
+    assert len([p for p in kept if "/finetune/" in str(p)]) == 1 and len(kept) > 8
+    assert not [p for p in kept if "ada-lovelace" in p.read_text()]
+    table = pd.read_parquet(results / "tiny" / "tables" / "records.parquet").astype(str)
+    assert not table.apply(lambda column: column.str.contains("ada-lovelace")).any().any()
+    (trained,) = (results / "tiny" / "cpu" / "finetune").rglob("*.json")
+    assert json.loads(trained.read_text())["parameters"]["data"]["file"] == (
+        "data/instructions/train.jsonl"
+    )
