@@ -25,13 +25,6 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than this process's cores. Much of a worker's time is spent
-    waiting (on a subprocess's start, a SLURM status poll, a scheduler's latency), and a third
-    worker's tests fill those gaps; pyproject's --maxprocesses caps it."""
-    return len(os.sched_getaffinity(0)) + 1
-
-
 TINY_CONFIG = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())  # the tests' study
 EVAL_SETTINGS = {
     "block_size": 64,

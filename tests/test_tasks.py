@@ -1,54 +1,19 @@
 """A task is one entry of accelstudy.tasks: an ARC-Easy-shaped task (a question and 3 to 5
-labelled choices) registered here alone, with its rows' check, stand-in and prompts below, is a
+labelled choices, tests/arc_task.py: its rows' check, stand-in and prompts) registered alone is a
 config key with its own paper-protocol length, prepares from a local file, evaluates under both
-protocols, quantizes and evaluates, and reaches the report's tables."""
+protocols, quantizes and evaluates, and reaches the report's tables; from a plugin, Snakemake's
+jobs see it too (`install_plugin`, tests/test_resume.py's study)."""
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from accelstudy.evaluate.prompts import ChoiceRequest
-from accelstudy.tasks import ACCURACY, FIRST_INDEX, ChoiceProtocol, TaskSpec
 
-HERE = "tests.test_tasks"
-ARC = TaskSpec("arc_easy", "multiple-choice", "allenai/ai2_arc", "ARC-Easy", "test", "train",
-               ("question", "choices", "answerKey"), ACCURACY, f"{HERE}:arc_row",
-               f"{HERE}:arc_standin", max_length=256, protocols={
-    "paper": ChoiceProtocol(f"{HERE}:arc_request", "paper", "token", "right", FIRST_INDEX),
-    "lm-eval": ChoiceProtocol(f"{HERE}:arc_request", "lm-eval", "none", "left", FIRST_INDEX,
-                              "acc_norm")})  # fmt: skip
-ROWS = [
-    {"question": "Which is a liquid at room temperature?",
-     "choices": {"text": ["iron", "water", "salt"], "label": ["A", "B", "C"]}, "answerKey": "B"},
-    {"question": "What do plants need to make food?",
-     "choices": {"text": ["sunlight", "sand", "noise", "plastic"],
-                 "label": ["A", "B", "C", "D"]}, "answerKey": "A"},
-    {"question": "Which animal lays eggs?",
-     "choices": {"text": ["cow", "dog", "horse", "cat", "hen"],
-                 "label": ["1", "2", "3", "4", "5"]}, "answerKey": "5"},
-]  # fmt: skip
-
-
-def arc_row(row: dict) -> dict:
-    """ARC's row as is, checked: its answer key is one of its choices' labels."""
-    from accelstudy.data.sources import BadValue
-
-    if row["answerKey"] not in row["choices"]["label"]:
-        raise BadValue("answerKey", row["answerKey"], "is not one of the choices' labels")
-    return row
-
-
-def arc_standin(split: str) -> list[dict]:
-    return [dict(row, question=f"{row['question']} ({split})") for row in ROWS]
-
-
-def arc_request(row: dict) -> ChoiceRequest:
-    """lm-eval's arc_easy: 'Question: {question}\\nAnswer:', each choice's text."""
-    gold = row["choices"]["label"].index(row["answerKey"])
-    return ChoiceRequest(f"Question: {row['question']}\nAnswer:", row["choices"]["text"], gold)
+from tests.arc_task import ARC, ROWS
 
 
 @pytest.fixture
@@ -90,19 +55,53 @@ def test_a_task_registered_alone_is_a_config_key_and_prepares(arc_registered, tm
         prepare_data("arc_easy", {"source": "local", "files": {"test": str(bad)}}, "test", data)
 
 
+def test_the_task_quantizes_and_reaches_the_reports_tables(arc_registered, tmp_path):
+    """Quantized (an assignment of its own) and evaluated, in this process; with the baselines
+    of both protocols, in Table 1 and the baseline table. Through Snakemake's jobs, from a
+    plugin: tests/test_resume.py's study."""
+    from accelstudy.data.sources import prepare_data
+    from accelstudy.evaluate.baseline import baseline
+    from accelstudy.models import save_prepared, tiny_random_llama
+    from accelstudy.options import default
+    from accelstudy.ptq.quantize import quantize
+    from accelstudy.report.collect import collect_records
+    from accelstudy.report.quantization import baseline_table, load_published, table1
+    from accelstudy.tasks import relevant_settings
+
+    file, data = tmp_path / "arc.jsonl", tmp_path / "test.jsonl"
+    file.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    prepare_data("arc_easy", {"source": "local", "files": {"test": str(file)}}, "test", data)
+    save_prepared(*tiny_random_llama(layers=2), tmp_path / "model")
+    flags = {"study": "t", "system": "cpu", "model_name": "tiny", "model_dir": tmp_path / "model"}
+    flags |= {"task": "arc_easy", "data": data, "data_source": "local", "limit": None}
+    evaluation = default("evaluation") | {"dtype": "float32"}  # arc_easy_max_length among them
+    for protocol in ("paper", "lm-eval"):
+        run = {"settings": relevant_settings("arc_easy", protocol, evaluation)}
+        run |= {"out": tmp_path / f"{protocol}.json", "items": tmp_path / f"{protocol}.parquet"}
+        baseline(protocol=protocol, **flags, **run)
+        assert pd.read_parquet(run["items"])["gold"].tolist() == [1, 0, 4]
+    assignment = tmp_path / "assignment.json"
+    assignment.write_text(json.dumps({"bits": [8, 4], "method": "x", "layer_bits": {0: 8, 1: 4}}))
+    quantized = {"recipe": "fake", "assignment": assignment, "out": tmp_path / "q.json"}
+    quantized["items"] = tmp_path / "q.parquet"
+    settings = relevant_settings("arc_easy", "paper", evaluation)
+    assert 0 <= quantize(**flags, settings=settings, **quantized)["metrics"]["accuracy"] <= 1
+    frame = collect_records([tmp_path / "paper.json", tmp_path / "lm-eval.json", quantized["out"]])
+    assert set(baseline_table(frame, load_published())["task"]) == {"arc_easy"}
+    assert "arc_easy" in set(table1(frame, ["[8,4]"])["task"])
+
+
 PLUGIN = """from accelstudy.tasks import TASKS
-from tests.test_tasks import ARC
+from tests.arc_task import ARC
 
 TASKS[ARC.name] = ARC
 """
 
 
-@pytest.mark.e2e
-def test_a_task_from_a_plugin_runs_through_the_tiny_study(tmp_path, monkeypatch):
-    """An installed distribution's `accelstudy.plugins` entry point registers the task in every
-    process (Snakemake's parse, each job): the tiny study evaluates it under both protocols,
-    scans and quantizes it, and the report's tables hold it."""
-    from tests.conftest import ROOT, TINY_CONFIG, snakemake
+def install_plugin(tmp_path, monkeypatch) -> Path:
+    """ARC as an installed distribution's `accelstudy.plugins` entry point, on the PYTHONPATH of
+    every process started from here (Snakemake, its jobs); its local test file."""
+    from tests.conftest import ROOT
 
     site = tmp_path / "site"
     (site / "arc_plugin-0.dist-info").mkdir(parents=True)
@@ -113,19 +112,4 @@ def test_a_task_from_a_plugin_runs_through_the_tiny_study(tmp_path, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))
     file = tmp_path / "arc.jsonl"
     file.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
-    config = json.loads(json.dumps(TINY_CONFIG))
-    files = {"test": str(file), "train": str(file)}
-    config["tasks"] = {"arc_easy": {"source": "local", "files": files}}
-    config["tasks"]["arc_easy"]["protocols"] = ["paper", "lm-eval"]
-    config["ptq"] |= {"tasks": ["arc_easy"], "calibration_limit": {"arc_easy": 3}, "chunks": 1}
-    config["ptq"]["bit_lists"] = [[8, 4]]
-    config["finetune"]["enabled"] = config["diffusion"]["enabled"] = False  # fmt: skip
-    result = snakemake(tmp_path, "--cores", "2", config=config)
-    assert result.returncode == 0, result.stderr[-3000:]
-    tables = tmp_path / "results" / "tiny" / "tables"
-    baseline = pd.read_csv(tables / "baseline.csv")
-    shown = baseline[["task", "protocol"]].drop_duplicates().sort_values("protocol")
-    assert shown.values.tolist() == [["arc_easy", "lm-eval"], ["arc_easy", "paper"]]
-    table1 = pd.read_csv(tables / "table1.csv")
-    assert set(table1["task"]) == {"arc_easy"}
-    assert {"[8,4]", "FP16/INT8 [8,4]"} <= set(table1.columns)
+    return file
