@@ -22,7 +22,7 @@ def _schema() -> dict[str, Any]:
 
 
 @cache
-def _schema_of(*names: tuple[str, ...]) -> dict[str, Any]:
+def _schema_of(*registered: tuple[str, ...]) -> dict[str, Any]:
     require_project_files()  # read on import (the points' defaults): say where it looked
     loaded = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
     ptq, names = loaded["properties"]["ptq"]["properties"], {"enum": list(TASKS)}
