@@ -671,6 +671,25 @@ def _write_sr3(folder: Path) -> list[Path]:
     return paths
 
 
+def test_log_axes_label_their_ticks_as_plain_numbers(tmp_path):
+    """The report reads '$' as text (figures.py), so a log axis' default tick labels would
+    show as raw mathtext ('$\\mathdefault{10^{3}}$'): Fig. 3 and the forecast's scatter say
+    plain numbers."""
+    from accelstudy.report import estimates
+
+    runs = superresolution.diffusion_runs(collect_records(_write_sr3(tmp_path)))
+    judged = pd.DataFrame({"rule": ["a", "b"], "measured_s": [3.0, 900.0]})
+    figures = [superresolution.fig3(runs, superresolution.published())]
+    figures.append(estimates.judged_figure(judged.assign(forecast_s=[2.0, 1200.0])))
+    for fig in figures:
+        fig.canvas.draw()
+        labels = [
+            t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()
+        ]
+        assert labels and not [text for text in labels if "$" in text], labels
+        plt.close(fig)
+
+
 def test_diffusion_table_speed_up_against_our_single_device(tmp_path):
     runs = superresolution.diffusion_runs(collect_records(_write_sr3(tmp_path)))
     table = superresolution.diffusion_table(runs)

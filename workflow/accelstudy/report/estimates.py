@@ -11,14 +11,13 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from accelstudy.config import read_config
 from accelstudy.finetune.planner import plan_sweep
 from accelstudy.forecast import Seen, StudyEstimates, estimate, rows, seen_in, work_of
 from accelstudy.layout import StudyLayout, job_name
 from accelstudy.paths import PROJECT_ROOT, RESOURCES
-from accelstudy.report.figures import draw
+from accelstudy.report.figures import draw, plain_numbers
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, write_csv
 from accelstudy.systems import every_system, load_system
@@ -110,9 +109,7 @@ def judged_figure(table: pd.DataFrame) -> plt.Figure:
     ax.plot(ends, ends, c="black", lw=0.8, label="forecast = measured")
     ax.fill_between(ends, [e * 0.75 for e in ends], [e * 1.25 for e in ends], color="0.9", zorder=0)
     ax.set(xscale="log", yscale="log", xlabel="measured, s", ylabel="forecast, s")
-    for axis in (ax.xaxis, ax.yaxis):  # plain numbers: the report draws text, not mathtext
-        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        axis.set_minor_formatter(NullFormatter())
+    plain_numbers(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -10,6 +10,15 @@ matplotlib.use("Agg")
 # labels come from records (names, tasks): a "$" in one is text, never mathtext that can fail
 matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+
+
+def plain_numbers(ax: Any) -> None:
+    """Tick labels as plain numbers: a log axis' defaults are mathtext ('10^3'), which this
+    report does not parse, so they would show as raw '$\\mathdefault{...}$'."""
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def save(fig: plt.Figure, out: Path) -> None:

@@ -10,7 +10,7 @@ import seaborn as sns
 from accelstudy.layout import beside
 from accelstudy.paths import RESOURCES
 from accelstudy.report.collect import joined
-from accelstudy.report.figures import draw
+from accelstudy.report.figures import draw, plain_numbers
 from accelstudy.report.outputs import figure, output
 from accelstudy.report.pages import NOTES, Section, our_numbers, write_csv
 from accelstudy.uncertainty import SPREAD, repeats_interval
@@ -110,6 +110,7 @@ def fig3(runs: pd.DataFrame, paper: pd.DataFrame) -> plt.Figure:
             ax.set_xticks(ticks, labels)
         if logy:
             ax.set_yscale("log", base=2 if y == "speedup" else 10)
+            plain_numbers(ax)
         if y == "speedup":
             ax.set_yticks(ticks, labels)
         ax.set(xlabel="devices", ylabel=label)
