@@ -23,8 +23,6 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PAT
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
-
-
 TINY_CONFIG = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())  # the tests' study
 EVAL_SETTINGS = {
     "block_size": 64,

@@ -20,7 +20,8 @@ def test_a_killed_run_resumes_without_losing_finished_work(tmp_path, monkeypatch
     same command (with the profiles' --rerun-incomplete) finish it, leaving every
     already-finished record untouched. Its results folder is under a home (given as an
     absolute path): no record, table or report names that home's user. One of its tasks
-    comes from a plugin (tests/test_tasks.py's ARC): every job and the report see it."""
+    comes from a plugin (tests/arc_task.py's ARC, installed by tests/test_tasks.py's
+    install_plugin): both baseline jobs evaluate it and the report's table holds it."""
     import os
     import signal
     import time

@@ -12,6 +12,6 @@ __version__ = "0.1.0"
 for _plugin in entry_points(group="accelstudy.plugins"):
     try:
         _plugin.load()
-    except Exception as error:  # one line naming the plugin, not a traceback in every job
+    except Exception as error:  # its error's last line names the plugin and its module
         named = f"accelstudy plugin '{_plugin.name}' ({_plugin.value})"
         raise ImportError(f"{named} failed to load: {error}") from error
